@@ -1,0 +1,1 @@
+//! Assembly decision: which found members form which array, and can it run.

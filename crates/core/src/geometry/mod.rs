@@ -1,0 +1,1 @@
+//! Array geometry: md layouts mapping array sectors to member sectors.
