@@ -1,1 +1,40 @@
-fn main() {}
+//! `uraid`: user-space software RAID, byte-compatible with Linux md, that measures itself.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "uraid", version, about = "User-space software RAID, byte-compatible with Linux md")]
+struct Cli {
+    /// Force one parity kernel (see `uraid bench parity`); same as URAID_PARITY_KERNEL.
+    #[arg(long, global = true, value_name = "NAME")]
+    parity_kernel: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Measure uraid: parity kernels against ISA-L and memcpy.
+    Bench(cmd::bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(k) = &cli.parity_kernel {
+        // Read once by the parity dispatcher at first use, which has not happened yet.
+        std::env::set_var("URAID_PARITY_KERNEL", k);
+    }
+    let result = match cli.command {
+        Command::Bench(args) => cmd::bench::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("uraid: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

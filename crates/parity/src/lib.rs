@@ -10,6 +10,7 @@
 //! limit: 256 members minus P and Q, less one reserved). Outputs never alias inputs (the
 //! borrow checker enforces it; update_pq's P and Q are read and written in place).
 
+pub mod buffer;
 pub mod dispatch;
 pub mod gf;
 mod kernels;

@@ -254,3 +254,23 @@ proptest! {
         prop_assert_eq!(uraid_parity::verify_pq(&refs, &s.p, &s.q).unwrap(), Verdict::Wrong(t));
     }
 }
+
+#[test]
+fn streaming_store_path_on_aligned_large_blocks_matches_reference() {
+    use uraid_parity::buffer::AlignedBuf;
+    // 64-byte aligned outputs of >= 32 KiB take the non-temporal store path.
+    for len in [32 * 1024, 64 * 1024 + 64, 256 * 1024 + 100] {
+        let data = Skewed::new(5, len, 0, len as u64);
+        let refs = data.refs();
+        let (mut ep, mut eq) = (vec![0u8; len], vec![0u8; len]);
+        scalar::gen_pq(&refs, &mut ep, &mut eq);
+        for k in kernels() {
+            let (mut p, mut q) = (AlignedBuf::zeroed(len, 64), AlignedBuf::zeroed(len, 64));
+            k.gen_pq(&refs, &mut p, &mut q).unwrap();
+            assert!(p[..] == ep[..] && q[..] == eq[..], "{} streaming gen_pq len={len}", k.name);
+            let mut p = AlignedBuf::zeroed(len, 64);
+            k.gen_p(&refs, &mut p).unwrap();
+            assert!(p[..] == ep[..], "{} streaming gen_p len={len}", k.name);
+        }
+    }
+}

@@ -44,6 +44,14 @@ impl Lane for Avx2 {
         _mm256_storeu_si256(ptr as *mut __m256i, v.0)
     }
     #[inline(always)]
+    unsafe fn store_nt(ptr: *mut u8, v: Self) {
+        _mm256_stream_si256(ptr as *mut __m256i, v.0)
+    }
+    #[inline(always)]
+    unsafe fn fence() {
+        _mm_sfence()
+    }
+    #[inline(always)]
     unsafe fn zero() -> Self {
         Avx2(_mm256_setzero_si256())
     }
@@ -86,6 +94,14 @@ impl Lane for Avx2Gfni {
         _mm256_storeu_si256(ptr as *mut __m256i, v.0)
     }
     #[inline(always)]
+    unsafe fn store_nt(ptr: *mut u8, v: Self) {
+        _mm256_stream_si256(ptr as *mut __m256i, v.0)
+    }
+    #[inline(always)]
+    unsafe fn fence() {
+        _mm_sfence()
+    }
+    #[inline(always)]
     unsafe fn zero() -> Self {
         Avx2Gfni(_mm256_setzero_si256())
     }
@@ -117,6 +133,14 @@ impl Lane for Avx512 {
     #[inline(always)]
     unsafe fn store(ptr: *mut u8, v: Self) {
         _mm512_storeu_si512(ptr as *mut __m512i, v.0)
+    }
+    #[inline(always)]
+    unsafe fn store_nt(ptr: *mut u8, v: Self) {
+        _mm512_stream_si512(ptr as *mut __m512i, v.0)
+    }
+    #[inline(always)]
+    unsafe fn fence() {
+        _mm_sfence()
     }
     #[inline(always)]
     unsafe fn zero() -> Self {
@@ -156,6 +180,14 @@ impl Lane for Avx512Gfni {
     #[inline(always)]
     unsafe fn store(ptr: *mut u8, v: Self) {
         _mm512_storeu_si512(ptr as *mut __m512i, v.0)
+    }
+    #[inline(always)]
+    unsafe fn store_nt(ptr: *mut u8, v: Self) {
+        _mm512_stream_si512(ptr as *mut __m512i, v.0)
+    }
+    #[inline(always)]
+    unsafe fn fence() {
+        _mm_sfence()
     }
     #[inline(always)]
     unsafe fn zero() -> Self {

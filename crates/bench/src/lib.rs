@@ -1,0 +1,4 @@
+//! uraid's benchmarks: workloads, the peers they are compared with, and report rendering.
+
+pub mod isal;
+pub mod parity;
