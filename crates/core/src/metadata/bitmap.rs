@@ -1,0 +1,294 @@
+//! md internal write-intent bitmap: a 256-byte `bitmap_super_s` followed directly by one
+//! bit per chunk of the sync range (bit `n` is bit `n % 8` of byte `n / 8`). A set bit means
+//! "writes may be in flight here": after a crash only those chunks need a resync.
+//!
+//! For 1.x the bitmap starts `bitmap_offset` (signed) sectors from the superblock; for 0.90
+//! it starts 4 KiB after the superblock when the superblock state says one is present.
+
+use super::codec::{array_at, put_bytes, put_u32, put_u64, u32_at, u64_at};
+use super::MetadataError;
+
+/// `"bitm"` read as a little-endian u32.
+pub const BITMAP_MAGIC: u32 = 0x6d74_6962;
+/// Size of the bitmap superblock; bits start right after it.
+pub const BITMAP_SUPER_BYTES: usize = 256;
+
+/// A decoded bitmap superblock. `magic` is implied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BitmapSuperblock {
+    /// 3 (host-endian bits), 4 (little-endian bits), 5 (clustered). md writes 4.
+    pub version: u32,
+    /// Must equal the array uuid (same bytes as the 1.x `set_uuid`).
+    pub uuid: [u8; 16],
+    /// Bitmap event counter, updated before the superblock's: a bitmap is trusted if this
+    /// equals the superblock events (or is one more).
+    pub events: u64,
+    /// Events when bits were last cleared; a re-added member with at least these events
+    /// can be resynced from the bitmap alone.
+    pub events_cleared: u64,
+    /// Sectors the bitmap covers: the per-member size for raid1/4/5/6, the array size for
+    /// raid10.
+    pub sync_size_sectors: u64,
+    /// `STATE_*` bits.
+    pub state: u32,
+    /// Bytes of data per bit; a power of two, at least 512.
+    pub chunksize_bytes: u32,
+    pub daemon_sleep_seconds: u32,
+    pub write_behind: u32,
+    /// Sectors reserved for the bitmap (0: md computes the space from the layout).
+    pub sectors_reserved: u32,
+    /// Cluster nodes (clustered md only).
+    pub nodes: u32,
+    pub cluster_name: [u8; 64],
+    /// Bytes 136-255; zero when md writes them, kept for byte-exact re-encoding.
+    pub pad: [u8; 120],
+}
+
+impl BitmapSuperblock {
+    pub const STATE_STALE: u32 = 1 << 1;
+    pub const STATE_WRITE_ERROR: u32 = 1 << 2;
+
+    /// Decodes and checks magic, version (3..=5) and chunk size.
+    pub fn decode(bytes: &[u8]) -> Result<Self, MetadataError> {
+        if bytes.len() < BITMAP_SUPER_BYTES {
+            return Err(MetadataError::Truncated {
+                needed: BITMAP_SUPER_BYTES,
+                available: bytes.len(),
+            });
+        }
+        let magic = u32_at(bytes, 0);
+        if magic != BITMAP_MAGIC {
+            return Err(MetadataError::BadMagic { found: magic, expected: BITMAP_MAGIC });
+        }
+        let version = u32_at(bytes, 4);
+        if !(3..=5).contains(&version) {
+            return Err(MetadataError::UnsupportedBitmapVersion(version));
+        }
+        let chunksize_bytes = u32_at(bytes, 52);
+        if chunksize_bytes < 512 || !chunksize_bytes.is_power_of_two() {
+            return Err(MetadataError::BadBitmapChunkSize(chunksize_bytes));
+        }
+        Ok(Self {
+            version,
+            uuid: array_at(bytes, 8),
+            events: u64_at(bytes, 24),
+            events_cleared: u64_at(bytes, 32),
+            sync_size_sectors: u64_at(bytes, 40),
+            state: u32_at(bytes, 48),
+            chunksize_bytes,
+            daemon_sleep_seconds: u32_at(bytes, 56),
+            write_behind: u32_at(bytes, 60),
+            sectors_reserved: u32_at(bytes, 64),
+            nodes: u32_at(bytes, 68),
+            cluster_name: array_at(bytes, 72),
+            pad: array_at(bytes, 136),
+        })
+    }
+
+    pub fn encode(&self) -> [u8; BITMAP_SUPER_BYTES] {
+        let mut bytes = [0u8; BITMAP_SUPER_BYTES];
+        put_u32(&mut bytes, 0, BITMAP_MAGIC);
+        put_u32(&mut bytes, 4, self.version);
+        put_bytes(&mut bytes, 8, &self.uuid);
+        put_u64(&mut bytes, 24, self.events);
+        put_u64(&mut bytes, 32, self.events_cleared);
+        put_u64(&mut bytes, 40, self.sync_size_sectors);
+        put_u32(&mut bytes, 48, self.state);
+        put_u32(&mut bytes, 52, self.chunksize_bytes);
+        put_u32(&mut bytes, 56, self.daemon_sleep_seconds);
+        put_u32(&mut bytes, 60, self.write_behind);
+        put_u32(&mut bytes, 64, self.sectors_reserved);
+        put_u32(&mut bytes, 68, self.nodes);
+        put_bytes(&mut bytes, 72, &self.cluster_name);
+        put_bytes(&mut bytes, 136, &self.pad);
+        bytes
+    }
+
+    /// Sectors of data per bit.
+    pub fn chunk_sectors(&self) -> u64 {
+        // decode guarantees >= 512; the max() only keeps a hand-built value from dividing
+        // by zero.
+        (u64::from(self.chunksize_bytes) / 512).max(1)
+    }
+
+    /// Bits in the bitmap: `ceil(sync_size / chunk)` (mdadm `bitmap_bits`).
+    pub fn chunk_count(&self) -> u64 {
+        self.sync_size_sectors.div_ceil(self.chunk_sectors())
+    }
+
+    /// Bytes of bits following the superblock.
+    pub fn bits_len_bytes(&self) -> u64 {
+        self.chunk_count().div_ceil(8)
+    }
+}
+
+/// The bit array of a write-intent bitmap, one bit per chunk of the sync range.
+///
+/// Bytes are kept as read, including unused bits in the last byte (mdadm creates the
+/// bitmap all ones and md never clears bits past the end), so writing back is byte-exact.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteIntentBits {
+    chunk_sectors: u64,
+    chunk_count: u64,
+    bytes: Vec<u8>,
+}
+
+impl WriteIntentBits {
+    /// Views the bits that follow `superblock`. `bits` may be longer than needed (e.g. the
+    /// rest of the bitmap area); only [`BitmapSuperblock::bits_len_bytes`] are kept.
+    pub fn decode(superblock: &BitmapSuperblock, bits: &[u8]) -> Result<Self, MetadataError> {
+        let needed = usize::try_from(superblock.bits_len_bytes()).unwrap_or(usize::MAX);
+        if bits.len() < needed {
+            return Err(MetadataError::Truncated { needed, available: bits.len() });
+        }
+        Ok(Self {
+            chunk_sectors: superblock.chunk_sectors(),
+            chunk_count: superblock.chunk_count(),
+            bytes: bits[..needed].to_vec(),
+        })
+    }
+
+    /// A bitmap with every chunk marked dirty, as `mdadm --create` writes it.
+    pub fn all_dirty(superblock: &BitmapSuperblock) -> Self {
+        Self::filled(superblock, 0xff)
+    }
+
+    /// A bitmap with every chunk clean.
+    pub fn all_clean(superblock: &BitmapSuperblock) -> Self {
+        Self::filled(superblock, 0)
+    }
+
+    fn filled(superblock: &BitmapSuperblock, byte: u8) -> Self {
+        let len = usize::try_from(superblock.bits_len_bytes()).unwrap_or(usize::MAX);
+        Self {
+            chunk_sectors: superblock.chunk_sectors(),
+            chunk_count: superblock.chunk_count(),
+            bytes: vec![byte; len],
+        }
+    }
+
+    pub fn encode(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    pub fn chunk_count(&self) -> u64 {
+        self.chunk_count
+    }
+
+    pub fn chunk_sectors(&self) -> u64 {
+        self.chunk_sectors
+    }
+
+    /// Chunk holding sync-range sector `sector`.
+    pub fn chunk_of_sector(&self, sector: u64) -> u64 {
+        sector / self.chunk_sectors
+    }
+
+    /// Whether `chunk` is marked; chunks past the end read as clean.
+    pub fn is_dirty(&self, chunk: u64) -> bool {
+        if chunk >= self.chunk_count {
+            return false;
+        }
+        let (byte, bit) = Self::position(chunk);
+        self.bytes.get(byte).is_some_and(|b| b & (1 << bit) != 0)
+    }
+
+    /// Marks or clears `chunk`; chunks past the end are ignored.
+    pub fn set_dirty(&mut self, chunk: u64, dirty: bool) {
+        if chunk >= self.chunk_count {
+            return;
+        }
+        let (byte, bit) = Self::position(chunk);
+        if let Some(b) = self.bytes.get_mut(byte) {
+            if dirty {
+                *b |= 1 << bit;
+            } else {
+                *b &= !(1 << bit);
+            }
+        }
+    }
+
+    /// Marks every chunk touched by `len_sectors` sectors starting at `start_sector`.
+    pub fn mark_sectors(&mut self, start_sector: u64, len_sectors: u64) {
+        if len_sectors == 0 {
+            return;
+        }
+        let first = self.chunk_of_sector(start_sector);
+        let last = self.chunk_of_sector(start_sector.saturating_add(len_sectors - 1));
+        for chunk in first..=last.min(self.chunk_count.saturating_sub(1)) {
+            self.set_dirty(chunk, true);
+        }
+    }
+
+    /// Marked chunks in increasing order.
+    pub fn dirty_chunks(&self) -> impl Iterator<Item = u64> + '_ {
+        (0..self.chunk_count).filter(|chunk| self.is_dirty(*chunk))
+    }
+
+    fn position(chunk: u64) -> (usize, u32) {
+        ((chunk / 8) as usize, (chunk % 8) as u32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> BitmapSuperblock {
+        BitmapSuperblock {
+            version: 4,
+            uuid: [1; 16],
+            events: 21,
+            events_cleared: 18,
+            sync_size_sectors: 30720,
+            state: 0,
+            chunksize_bytes: 1 << 20,
+            daemon_sleep_seconds: 5,
+            write_behind: 0,
+            sectors_reserved: 0,
+            nodes: 0,
+            cluster_name: [0; 64],
+            pad: [0; 120],
+        }
+    }
+
+    #[test]
+    fn superblock_roundtrip() {
+        let sb = sample();
+        assert_eq!(BitmapSuperblock::decode(&sb.encode()), Ok(sb.clone()));
+        assert_eq!(sb.chunk_sectors(), 2048);
+        assert_eq!(sb.chunk_count(), 15);
+        assert_eq!(sb.bits_len_bytes(), 2);
+    }
+
+    #[test]
+    fn bad_chunk_and_version() {
+        let mut bytes = sample().encode();
+        put_u32(&mut bytes, 52, 0);
+        assert_eq!(BitmapSuperblock::decode(&bytes), Err(MetadataError::BadBitmapChunkSize(0)));
+        let mut bytes = sample().encode();
+        put_u32(&mut bytes, 4, 9);
+        assert_eq!(BitmapSuperblock::decode(&bytes), Err(MetadataError::UnsupportedBitmapVersion(9)));
+    }
+
+    #[test]
+    fn bits_are_little_endian_per_byte() {
+        let sb = sample();
+        let mut bits = WriteIntentBits::all_clean(&sb);
+        bits.set_dirty(0, true);
+        bits.set_dirty(9, true);
+        assert_eq!(bits.encode(), &[0x01, 0x02]);
+        bits.mark_sectors(2047, 2); // chunks 0 and 1
+        assert_eq!(bits.dirty_chunks().collect::<Vec<_>>(), vec![0, 1, 9]);
+        bits.set_dirty(15, true); // past the end: ignored
+        assert!(!bits.is_dirty(15));
+        bits.mark_sectors(30719, 100); // clipped to the last chunk
+        assert!(bits.is_dirty(14));
+        let decoded = WriteIntentBits::decode(&sb, &[0xfe, 0xff, 0xaa]);
+        let Ok(decoded) = decoded else { panic!("decode failed") };
+        assert_eq!(decoded.encode(), &[0xfe, 0xff]);
+        assert!(!decoded.is_dirty(0));
+        assert_eq!(decoded.dirty_chunks().count(), 14);
+        assert!(WriteIntentBits::decode(&sb, &[0]).is_err());
+    }
+}
