@@ -1,0 +1,169 @@
+//! Member devices behind one small trait, so the same engine runs over files, block devices,
+//! memory and (in the simulator) fault-injecting disks.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, FileTypeExt};
+use std::path::{Path, PathBuf};
+use std::sync::RwLock;
+
+/// A device holding one md member: byte-addressed reads and writes at offsets.
+pub trait Member: Send + Sync {
+    /// Human name (the path, or a label) used in messages.
+    fn label(&self) -> &str;
+    /// Size in bytes.
+    fn size_bytes(&self) -> u64;
+    /// Reads exactly `buf.len()` bytes at `offset`; a short device is an error.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Writes all of `buf` at `offset`.
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Makes every completed write durable.
+    fn flush(&self) -> io::Result<()>;
+}
+
+/// A regular file or block device, opened read-only unless writes were asked for, so a
+/// read-only command can never modify a member.
+pub struct FileMember {
+    path: PathBuf,
+    label: String,
+    file: File,
+    size: u64,
+    writable: bool,
+}
+
+impl FileMember {
+    pub fn open(path: &Path, writable: bool) -> io::Result<FileMember> {
+        let file = OpenOptions::new().read(true).write(writable).open(path).map_err(|e| {
+            io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+        })?;
+        let meta = file.metadata()?;
+        let size = if meta.file_type().is_block_device() {
+            // Block devices report size 0 in metadata; seeking to the end tells the truth.
+            use std::io::{Seek, SeekFrom};
+            let mut f = &file;
+            f.seek(SeekFrom::End(0))?
+        } else if meta.is_file() {
+            meta.len()
+        } else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{}: not a regular file or block device", path.display()),
+            ));
+        };
+        Ok(FileMember { label: path.display().to_string(), path: path.to_path_buf(), file, size, writable })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Member for FileMember {
+    fn label(&self) -> &str {
+        &self.label
+    }
+    fn size_bytes(&self) -> u64 {
+        self.size
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        check_range(self, offset, buf.len())?;
+        self.file.read_exact_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if !self.writable {
+            return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("{} is open read-only", self.label)));
+        }
+        check_range(self, offset, buf.len())?;
+        self.file.write_all_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        if self.writable {
+            self.file.sync_data()
+        } else {
+            Ok(())
+        }
+    }
+}
+
+fn check_range(m: &dyn Member, offset: u64, len: usize) -> io::Result<()> {
+    match offset.checked_add(len as u64) {
+        Some(end) if end <= m.size_bytes() => Ok(()),
+        _ => Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("{}: access of {len} bytes at {offset} is beyond its end ({} bytes)", m.label(), m.size_bytes()),
+        )),
+    }
+}
+
+/// A member in memory (tests, and the simulator's durable/volatile images build on it).
+pub struct MemMember {
+    label: String,
+    bytes: RwLock<Vec<u8>>,
+}
+
+impl MemMember {
+    pub fn new(label: impl Into<String>, bytes: Vec<u8>) -> MemMember {
+        MemMember { label: label.into(), bytes: RwLock::new(bytes) }
+    }
+    pub fn zeroed(label: impl Into<String>, size: usize) -> MemMember {
+        MemMember::new(label, vec![0; size])
+    }
+    /// A copy of the contents.
+    pub fn snapshot(&self) -> Vec<u8> {
+        self.bytes.read().map(|b| b.clone()).unwrap_or_default()
+    }
+}
+
+impl Member for MemMember {
+    fn label(&self) -> &str {
+        &self.label
+    }
+    fn size_bytes(&self) -> u64 {
+        self.bytes.read().map(|b| b.len() as u64).unwrap_or(0)
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        check_range(self, offset, buf.len())?;
+        let b = self.bytes.read().map_err(|_| io::Error::other("poisoned"))?;
+        buf.copy_from_slice(&b[offset as usize..offset as usize + buf.len()]);
+        Ok(())
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        check_range(self, offset, buf.len())?;
+        let mut b = self.bytes.write().map_err(|_| io::Error::other("poisoned"))?;
+        b[offset as usize..offset as usize + buf.len()].copy_from_slice(buf);
+        Ok(())
+    }
+    fn flush(&self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_only_file_member_refuses_writes_and_out_of_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.img");
+        std::fs::write(&p, vec![7u8; 4096]).unwrap();
+        let m = FileMember::open(&p, false).unwrap();
+        assert_eq!(m.size_bytes(), 4096);
+        let mut b = [0u8; 16];
+        m.read_at(&mut b, 4080).unwrap();
+        assert_eq!(b, [7u8; 16]);
+        assert!(m.read_at(&mut b, 4081).is_err());
+        assert!(m.write_at(&b, 0).is_err());
+        assert_eq!(std::fs::read(&p).unwrap(), vec![7u8; 4096]);
+    }
+
+    #[test]
+    fn mem_member_round_trip() {
+        let m = MemMember::zeroed("m", 100);
+        m.write_at(&[1, 2, 3], 97).unwrap();
+        let mut b = [0u8; 3];
+        m.read_at(&mut b, 97).unwrap();
+        assert_eq!(b, [1, 2, 3]);
+        assert!(m.write_at(&[1], 100).is_err());
+    }
+}
