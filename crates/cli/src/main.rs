@@ -19,6 +19,10 @@ struct Cli {
 enum Command {
     /// Measure uraid: parity kernels against ISA-L and memcpy.
     Bench(cmd::bench::BenchArgs),
+    /// Show the md superblock of each device, like `mdadm --examine`.
+    Examine(cmd::examine::ExamineArgs),
+    /// Assemble read-only and write the array's contents (or a range) to stdout.
+    Read(cmd::read::ReadArgs),
 }
 
 fn main() -> ExitCode {
@@ -29,6 +33,8 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Bench(args) => cmd::bench::run(args),
+        Command::Examine(args) => cmd::examine::run(args),
+        Command::Read(args) => cmd::read::run(args),
     };
     match result {
         Ok(code) => code,

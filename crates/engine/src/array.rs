@@ -48,15 +48,32 @@ pub struct AssemblyReport {
     pub degraded_roles: Vec<u32>,
 }
 
+/// A person-readable reason for leaving a device out.
+fn exclusion_text(why: &Exclusion) -> String {
+    match why {
+        Exclusion::Stale { events, newest_events } => format!("stale (events {events} < {newest_events})"),
+        Exclusion::NewerThanArray { events, newest_events } => {
+            format!("newer than the array (events {events} > {newest_events}): a stray spare or replacement")
+        }
+        Exclusion::ReportsNewestFailed { newest } => {
+            format!("its superblock records member {newest} as failed (split brain); use --force to override")
+        }
+        Exclusion::Duplicate { role, kept } => format!("another member (#{kept}) with more events claims role {role}"),
+        Exclusion::DeviceTooSmall { needed_bytes, device_size_bytes } => {
+            format!("device too small: {device_size_bytes} bytes, its superblock needs {needed_bytes} (truncated?)")
+        }
+        Exclusion::UnknownRole(r) => format!("role {r:#x} is not one md writes"),
+    }
+}
+
 impl Array {
     /// Probes `devices`, decides as md would which of them form the array, and builds it.
     /// Nothing is written to any device.
     pub fn assemble(devices: Vec<Arc<dyn Member>>, opts: &AssembleOptions) -> Result<(Array, AssemblyReport), EngineError> {
         let mut candidates = Vec::new();
-        let mut offsets = Vec::new();
         for dev in &devices {
             let p = probe(dev.as_ref());
-            let Some((loc, sb)) = p.best().cloned() else {
+            let Some((_, sb)) = p.best().cloned() else {
                 let detail = if p.rejected.is_empty() {
                     String::new()
                 } else {
@@ -66,24 +83,26 @@ impl Array {
                 };
                 return Err(EngineError::NoSuperblock { device: dev.label().to_string(), detail });
             };
-            offsets.push(loc.offset_bytes);
             candidates.push(Candidate { label: dev.label().to_string(), superblock: sb, device_size_bytes: dev.size_bytes() });
         }
         let assembly = assemble(&candidates, opts);
         let plan = match (&assembly.decision, assembly.plan) {
-            (Decision::Refuse { reason }, _) => return Err(EngineError::Refused(reason.clone())),
+            (Decision::Refuse { reason }, plan) => {
+                // Say which devices were left out and why: often that is the real cause.
+                let left_out: Vec<String> = plan
+                    .iter()
+                    .flat_map(|p| p.excluded.iter())
+                    .map(|(i, why)| format!("{}: {}", candidates[*i].label, exclusion_text(why)))
+                    .collect();
+                let detail = if left_out.is_empty() { String::new() } else { format!(" [left out: {}]", left_out.join("; ")) };
+                return Err(EngineError::Refused(format!("{reason}{detail}")));
+            }
             (_, Some(plan)) => plan,
             (_, None) => return Err(EngineError::Refused("no array found among the devices".into())),
         };
         let mut report = AssemblyReport { degraded_roles: plan.missing_roles.clone(), ..Default::default() };
         for (idx, why) in &plan.excluded {
-            let what = match why {
-                Exclusion::Stale { events, newest_events } => {
-                    format!("stale (events {events} < {newest_events}); its data is not used")
-                }
-                other => format!("{other:?}; not used"),
-            };
-            report.warnings.push(format!("{}: {what}", candidates[*idx].label));
+            report.warnings.push(format!("{}: {}; its data is not used", candidates[*idx].label, exclusion_text(why)));
         }
         for (i, c) in candidates.iter().enumerate() {
             if c.superblock.array_uuid() != plan.uuid {
@@ -137,7 +156,6 @@ impl Array {
             }
         }
         let size_bytes = geometry.array_sectors() * SECTOR_BYTES;
-        let _ = offsets;
         Ok((Array { geometry, roles, uuid: plan.uuid, superblock: newest.clone(), size_bytes }, report))
     }
 
@@ -179,7 +197,7 @@ impl Array {
         let pieces = self
             .geometry
             .split(first_sector, last_sector - first_sector)
-            .map_err(|e| EngineError::OutOfRange { offset, len: target.len(), size: self.size_bytes + e.to_string().len() as u64 * 0 })?;
+            .map_err(|e| EngineError::Unreadable { offset, detail: e.to_string() })?;
         let mut at = 0usize;
         for piece in pieces {
             let len = (piece.sectors * SECTOR_BYTES) as usize;

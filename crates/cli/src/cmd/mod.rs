@@ -1,1 +1,3 @@
 pub mod bench;
+pub mod examine;
+pub mod read;

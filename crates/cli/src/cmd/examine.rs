@@ -1,0 +1,316 @@
+//! `uraid examine DEV...`: what md's superblock on each device says, like `mdadm --examine`.
+
+use anyhow::Result;
+use clap::Args;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use uraid_core::geometry::{Algorithm, Level};
+use uraid_core::metadata::{
+    superblock_locations, DeviceRole, MetadataError, MetadataVersion, Superblock, Superblock090, Superblock1,
+};
+use uraid_engine::{FileMember, Member};
+
+#[derive(Args)]
+pub struct ExamineArgs {
+    /// Member devices or image files (opened read-only).
+    #[arg(required = true)]
+    devices: Vec<PathBuf>,
+    /// Print a JSON array (one object per device) and nothing else on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One device's superblock, in mdadm's terms.
+#[derive(Serialize)]
+struct Examined {
+    device: String,
+    has_superblock: bool,
+    /// Why no usable superblock was found (e.g. a checksum mismatch), if so.
+    error: Option<String>,
+    version: Option<String>,
+    super_offset_sectors: Option<u64>,
+    feature_map: Option<String>,
+    array_uuid: Option<String>,
+    name: Option<String>,
+    creation_time: Option<u64>,
+    update_time: Option<u64>,
+    level: Option<String>,
+    layout: Option<String>,
+    layout_raw: Option<u32>,
+    chunk_size_kib: Option<u64>,
+    raid_devices: Option<u32>,
+    avail_dev_size_sectors: Option<u64>,
+    used_dev_size_sectors: Option<u64>,
+    data_offset_sectors: Option<u64>,
+    state: Option<String>,
+    device_uuid: Option<String>,
+    events: Option<u64>,
+    checksum: Option<String>,
+    checksum_correct: Option<bool>,
+    role: Option<String>,
+    array_state: Option<String>,
+    bitmap_offset_sectors: Option<i64>,
+    bad_block_log: Option<String>,
+}
+
+impl Examined {
+    fn empty(device: String) -> Self {
+        Examined {
+            device,
+            has_superblock: false,
+            error: None,
+            version: None,
+            super_offset_sectors: None,
+            feature_map: None,
+            array_uuid: None,
+            name: None,
+            creation_time: None,
+            update_time: None,
+            level: None,
+            layout: None,
+            layout_raw: None,
+            chunk_size_kib: None,
+            raid_devices: None,
+            avail_dev_size_sectors: None,
+            used_dev_size_sectors: None,
+            data_offset_sectors: None,
+            state: None,
+            device_uuid: None,
+            events: None,
+            checksum: None,
+            checksum_correct: None,
+            role: None,
+            array_state: None,
+            bitmap_offset_sectors: None,
+            bad_block_log: None,
+        }
+    }
+}
+
+pub fn layout_name(level: i32, layout: u32) -> String {
+    match Level::from_md(level) {
+        Ok(Level::Raid5 | Level::Raid6) => Algorithm::from_md(layout).map_or(format!("unknown ({layout})"), |a| a.name().to_string()),
+        Ok(Level::Raid10) => {
+            let (near, far, offset) = (layout & 0xff, (layout >> 8) & 0xff, layout & 0x10000 != 0);
+            let mut parts = Vec::new();
+            if near > 1 {
+                parts.push(format!("near={near}"));
+            }
+            if far > 1 {
+                parts.push(format!("{}={far}", if offset { "offset" } else { "far" }));
+            }
+            parts.join(", ")
+        }
+        Ok(Level::Raid0) => match layout {
+            1 => "original".into(),
+            2 => "alternate".into(),
+            _ => "-unknown-".into(),
+        },
+        Ok(Level::Linear) => format!("rounding {}K", layout),
+        _ => "-".into(),
+    }
+}
+
+fn role_name(role: DeviceRole) -> String {
+    match role {
+        DeviceRole::Active(n) => format!("Active device {n}"),
+        DeviceRole::Spare => "spare".into(),
+        DeviceRole::Faulty => "faulty".into(),
+        DeviceRole::Journal => "journal".into(),
+        DeviceRole::Unknown(r) => format!("unknown role {r:#x}"),
+    }
+}
+
+fn fill_v1(e: &mut Examined, sb: &Superblock1, dev_size: u64) {
+    let name_end = sb.set_name.iter().position(|&b| b == 0).unwrap_or(sb.set_name.len());
+    e.name = Some(String::from_utf8_lossy(&sb.set_name[..name_end]).into_owned());
+    e.feature_map = Some(format!("{:#x}", sb.feature_map.0));
+    e.creation_time = Some(sb.ctime.seconds());
+    e.update_time = Some(sb.utime.seconds());
+    e.level = Some(level_name(sb.level));
+    e.layout = Some(layout_name(sb.level, sb.layout));
+    e.layout_raw = Some(sb.layout);
+    e.chunk_size_kib = (sb.chunksize_sectors > 0).then_some(sb.chunksize_sectors as u64 / 2);
+    e.raid_devices = Some(sb.raid_disks);
+    e.avail_dev_size_sectors = Some(sb.data_size_sectors);
+    e.used_dev_size_sectors = Some(sb.size_sectors);
+    e.data_offset_sectors = Some(sb.data_offset_sectors);
+    e.super_offset_sectors = Some(sb.super_offset_sectors);
+    e.device_uuid = Some(uraid_core::metadata::MdUuid(sb.device_uuid).to_string());
+    e.events = Some(sb.events);
+    let computed = sb.compute_checksum();
+    e.checksum = Some(format!("{:x}", sb.sb_csum));
+    e.checksum_correct = Some(computed == sb.sb_csum);
+    e.state = Some(if sb.resync_offset_sectors == u64::MAX { "clean" } else { "active" }.into());
+    e.bitmap_offset_sectors = sb.bitmap_offset_sectors().map(i64::from);
+    if sb.bblog_size_sectors > 0 {
+        e.bad_block_log = Some(format!(
+            "{} entries available at offset {} sectors",
+            sb.bblog_size_sectors as u64 * 512 / 8,
+            sb.bblog_offset_sectors
+        ));
+    }
+    let _ = dev_size;
+    // Array state as mdadm prints it: one letter per role, A = active, . = missing.
+    let mut state = vec!['.'; sb.raid_disks as usize];
+    for role in &sb.dev_roles {
+        if let DeviceRole::Active(n) = DeviceRole::from_raw(*role) {
+            if let Some(c) = state.get_mut(n as usize) {
+                *c = 'A';
+            }
+        }
+    }
+    e.array_state = Some(state.into_iter().collect());
+}
+
+fn fill_v090(e: &mut Examined, sb: &Superblock090) {
+    e.creation_time = Some(sb.ctime as u64);
+    e.update_time = Some(sb.utime as u64);
+    e.level = Some(level_name(sb.level));
+    e.layout = Some(layout_name(sb.level, sb.layout));
+    e.layout_raw = Some(sb.layout);
+    e.chunk_size_kib = (sb.chunk_size_bytes > 0).then_some(sb.chunk_size_bytes as u64 / 1024);
+    e.raid_devices = Some(sb.raid_disks);
+    e.used_dev_size_sectors = Some(sb.size_kib as u64 * 2);
+    e.data_offset_sectors = Some(0);
+    e.events = Some(sb.events);
+    e.checksum = Some(format!("{:x}", sb.sb_csum));
+    e.checksum_correct = Some(sb.compute_checksum() == sb.sb_csum);
+    e.state = Some(if sb.state & Superblock090::STATE_CLEAN != 0 { "clean" } else { "active" }.into());
+    let mut state = vec!['.'; sb.raid_disks as usize];
+    for d in &sb.disks {
+        if d.state & DiskDescriptor090Ext::ACTIVE != 0 {
+            if let Some(c) = state.get_mut(d.raid_disk as usize) {
+                *c = 'A';
+            }
+        }
+    }
+    e.array_state = Some(state.into_iter().collect());
+}
+
+struct DiskDescriptor090Ext;
+impl DiskDescriptor090Ext {
+    const ACTIVE: u32 = uraid_core::metadata::DiskDescriptor090::STATE_ACTIVE;
+}
+
+/// As mdadm prints it: 0.90 with its patch level ("0.90.00"), 1.x as is.
+fn version_name(v: MetadataVersion) -> String {
+    match v {
+        MetadataVersion::V0_90 => "0.90.00".into(),
+        other => other.to_string(),
+    }
+}
+
+fn level_name(level: i32) -> String {
+    Level::from_md(level).map_or(format!("unknown ({level})"), |l| l.to_string())
+}
+
+fn examine_one(path: &PathBuf) -> Examined {
+    let mut e = Examined::empty(path.display().to_string());
+    let member = match FileMember::open(path, false) {
+        Ok(m) => m,
+        Err(err) => {
+            e.error = Some(err.to_string());
+            return e;
+        }
+    };
+    let probe = uraid_engine::scan::probe(&member);
+    if let Some((loc, sb)) = probe.best() {
+        e.has_superblock = true;
+        e.version = Some(version_name(loc.version));
+        e.array_uuid = Some(sb.array_uuid().to_string());
+        e.role = Some(role_name(sb.role()));
+        match sb {
+            Superblock::V1(v1) => fill_v1(&mut e, v1, member.size_bytes()),
+            Superblock::V090(v0) => {
+                e.super_offset_sectors = Some(loc.offset_bytes / 512);
+                fill_v090(&mut e, v0)
+            }
+        }
+        return e;
+    }
+    // Nothing valid: show what a damaged superblock says, with the reason it was rejected.
+    for loc in superblock_locations(member.size_bytes()) {
+        let mut bytes = vec![0u8; loc.len_bytes];
+        if member.read_at(&mut bytes, loc.offset_bytes).is_err() {
+            continue;
+        }
+        let damaged = match loc.version {
+            MetadataVersion::V0_90 => Superblock090::decode_unverified(&bytes).map(|sb| {
+                fill_v090(&mut e, &sb);
+                e.array_uuid = Some(Superblock::V090(sb).array_uuid().to_string());
+            }),
+            _ => Superblock1::decode_unverified(&bytes).map(|sb| {
+                fill_v1(&mut e, &sb, member.size_bytes());
+                e.array_uuid = Some(uraid_core::metadata::MdUuid(sb.set_uuid).to_string());
+            }),
+        };
+        if damaged.is_ok() {
+            e.version = Some(version_name(loc.version));
+            e.super_offset_sectors.get_or_insert(loc.offset_bytes / 512);
+            break;
+        }
+        if !matches!(damaged, Err(MetadataError::BadMagic { .. })) {
+            break;
+        }
+    }
+    let reasons: Vec<String> = probe.rejected.iter().map(|(v, off, why)| format!("{v} superblock at byte {off}: {why}")).collect();
+    e.error = Some(if reasons.is_empty() { "no md superblock found".into() } else { reasons.join("; ") });
+    e
+}
+
+pub fn run(a: ExamineArgs) -> Result<ExitCode> {
+    let results: Vec<Examined> = a.devices.iter().map(examine_one).collect();
+    let all_ok = results.iter().all(|e| e.has_superblock);
+    for e in results.iter().filter(|e| !e.has_superblock) {
+        eprintln!("uraid: {}: {}", e.device, e.error.as_deref().unwrap_or("no md superblock found"));
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    } else {
+        for e in &results {
+            print_text(e);
+        }
+    }
+    Ok(if all_ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn print_text(e: &Examined) {
+    println!("{}:", e.device);
+    let row = |k: &str, v: Option<String>| {
+        if let Some(v) = v {
+            println!("{k:>16} : {v}");
+        }
+    };
+    if !e.has_superblock {
+        row("Error", e.error.clone());
+    }
+    row("Magic", e.version.as_ref().map(|_| "a92b4efc".to_string()));
+    row("Version", e.version.clone());
+    row("Feature Map", e.feature_map.clone());
+    row("Array UUID", e.array_uuid.clone());
+    row("Name", e.name.clone());
+    row("Creation Time", e.creation_time.map(|t| t.to_string()));
+    row("Raid Level", e.level.clone());
+    row("Raid Devices", e.raid_devices.map(|v| v.to_string()));
+    row("Avail Dev Size", e.avail_dev_size_sectors.map(|s| format!("{s} sectors ({:.2} MiB)", s as f64 / 2048.0)));
+    row("Used Dev Size", e.used_dev_size_sectors.map(|s| format!("{s} sectors ({:.2} MiB)", s as f64 / 2048.0)));
+    row("Data Offset", e.data_offset_sectors.map(|s| format!("{s} sectors")));
+    row("Super Offset", e.super_offset_sectors.map(|s| format!("{s} sectors")));
+    row("State", e.state.clone());
+    row("Device UUID", e.device_uuid.clone());
+    row("Internal Bitmap", e.bitmap_offset_sectors.map(|s| format!("{s} sectors from superblock")));
+    row("Update Time", e.update_time.map(|t| t.to_string()));
+    row("Bad Block Log", e.bad_block_log.clone());
+    row(
+        "Checksum",
+        e.checksum.as_ref().map(|c| format!("{c} - {}", if e.checksum_correct == Some(true) { "correct" } else { "WRONG" })),
+    );
+    row("Events", e.events.map(|v| v.to_string()));
+    row("Layout", e.layout.clone().filter(|l| !l.is_empty() && l != "-"));
+    row("Chunk Size", e.chunk_size_kib.map(|k| format!("{k}K")));
+    row("Device Role", e.role.clone());
+    row("Array State", e.array_state.clone().map(|s| format!("{s} ('A' == active, '.' == missing)")));
+    println!();
+}
