@@ -5,7 +5,7 @@
 //! for ISA-L alike, so the ratios compare equal work. Warm: one stripe reused (it fits in
 //! L2). Cold: a pool of distinct stripes of at least 256 MiB visited in turn, so every call
 //! reads from memory. memcpy copies the same data bytes (each block into the stripe's P
-//! buffer): the memory ceiling.
+//! buffer): the memory ceiling. Each figure is the best of 3 interleaved rounds.
 
 use crate::isal::{isal, Isal};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
@@ -54,6 +54,8 @@ pub struct Record {
 }
 
 const MAX_BENCH_BLOCKS: usize = 32;
+/// Interleaved measurement rounds per point; the best of each contestant is reported.
+const ROUNDS: usize = 3;
 
 /// n data blocks then P then Q, 64-byte aligned.
 struct BenchStripe {
@@ -64,7 +66,7 @@ impl BenchStripe {
     fn new(n: usize, len: usize, fill: u8) -> Self {
         let blocks = (0..n + 2)
             .map(|i| {
-                let mut b = AlignedBuf::zeroed(len, 64);
+                let mut b = AlignedBuf::zeroed(len, 4096);
                 // Touch every page so the pool really lives in memory (not the zero page).
                 b.iter_mut().enumerate().for_each(|(j, x)| *x = fill ^ (i as u8) ^ (j as u8));
                 b
@@ -283,12 +285,24 @@ pub fn run(cfg: &ParityBenchConfig, progress: &mut dyn FnMut(&str)) -> Vec<Recor
         let working_set_bytes = count * stripe_bytes;
         let data_bytes = n * len;
         for &op in &cfg.ops {
-            let isal_mbs = lib.and_then(|lib| {
-                let mut call = IsalCall::for_op(lib, op, n)?;
-                Some(time_calls(&mut pool, cfg.time_per_point, data_bytes, |s| call.run(lib, s, len)))
-            });
-            for k in kernels.iter().filter(|k| k.implements(op)) {
-                let mbs = time_calls(&mut pool, cfg.time_per_point, data_bytes, |s| s.run_ours(k, op));
+            // Peers are measured interleaved, ROUNDS times, keeping each one's best (as the
+            // kernel's boot benchmark reports its best): a noisy neighbour on a shared host
+            // then hurts no contestant more than another.
+            let mut isal_call = lib.and_then(|lib| IsalCall::for_op(lib, op, n).map(|c| (lib, c)));
+            let ours: Vec<&Kernel> = kernels.iter().copied().filter(|k| k.implements(op)).collect();
+            let mut best_ours = vec![0f64; ours.len()];
+            let mut best_isal: Option<f64> = None;
+            for _ in 0..ROUNDS {
+                if let Some((lib, call)) = isal_call.as_mut() {
+                    let mbs = time_calls(&mut pool, cfg.time_per_point, data_bytes, |s| call.run(lib, s, len));
+                    best_isal = Some(best_isal.map_or(mbs, |b| b.max(mbs)));
+                }
+                for (k, best) in ours.iter().zip(best_ours.iter_mut()) {
+                    let mbs = time_calls(&mut pool, cfg.time_per_point, data_bytes, |s| s.run_ours(k, op));
+                    *best = best.max(mbs);
+                }
+            }
+            for (k, mbs) in ours.iter().zip(best_ours) {
                 records.push(Record {
                     op: op.name().into(),
                     kernel: k.name.into(),
@@ -296,8 +310,8 @@ pub fn run(cfg: &ParityBenchConfig, progress: &mut dyn FnMut(&str)) -> Vec<Recor
                     block_bytes: len,
                     working_set_bytes,
                     mb_per_s: mbs,
-                    chosen: sel.kernel_for(op).name == k.name,
-                    isal_mb_per_s: isal_mbs,
+                    chosen: sel.kernel_for(op, len).name == k.name,
+                    isal_mb_per_s: best_isal,
                 });
             }
         }

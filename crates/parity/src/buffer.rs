@@ -20,7 +20,8 @@ impl AlignedBuf {
     /// `len` zero bytes aligned to `align` (a power of two). Panics if the size overflows or
     /// allocation fails, as `Vec` does.
     pub fn zeroed(len: usize, align: usize) -> Self {
-        let layout = Layout::from_size_align(len.max(1), align).expect("valid size and power-of-two alignment");
+        let layout = Layout::from_size_align(len.max(1), align)
+            .expect("valid size and power-of-two alignment");
         // SAFETY: layout has non-zero size.
         let raw = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
@@ -30,7 +31,23 @@ impl AlignedBuf {
     pub fn align(&self) -> usize {
         self.layout.align()
     }
+
+    pub fn as_slice(&self) -> &[u8] {
+        self
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        self
+    }
 }
+
+impl PartialEq for AlignedBuf {
+    fn eq(&self, other: &Self) -> bool {
+        self[..] == other[..]
+    }
+}
+
+impl Eq for AlignedBuf {}
 
 impl Deref for AlignedBuf {
     type Target = [u8];

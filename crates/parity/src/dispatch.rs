@@ -1,8 +1,10 @@
 //! Kernel table and the start-up choice, in the manner of Linux `lib/raid6/algos.c`: every
 //! kernel the CPU supports is first checked against the scalar reference, then timed briefly
-//! per operation on a warm stripe (8 data blocks of 4 KiB, as the kernel does), and the fastest
-//! is used for that operation. `URAID_PARITY_KERNEL=<name>` forces one kernel for every
-//! operation it implements (the others keep the measured choice).
+//! per operation, and the fastest is used for that operation. Unlike the kernel we time two
+//! block sizes — 8 × 4 KiB (L1-resident, the kernel's probe) and 8 × 64 KiB (L2-resident) —
+//! because the best unroll differs: 4-way wins on small blocks, 2-way on large ones
+//! (`uraid bench parity` shows it). Calls use the winner of their size class.
+//! `URAID_PARITY_KERNEL=<name>` forces one kernel for every operation it implements.
 
 use crate::kernels::{self, *};
 use std::sync::OnceLock;
@@ -20,8 +22,14 @@ pub enum Op {
 }
 
 impl Op {
-    pub const ALL: [Op; 6] =
-        [Op::GenP, Op::GenPq, Op::UpdatePq, Op::Recov2Data, Op::RecovDataP, Op::RecovDataQ];
+    pub const ALL: [Op; 6] = [
+        Op::GenP,
+        Op::GenPq,
+        Op::UpdatePq,
+        Op::Recov2Data,
+        Op::RecovDataP,
+        Op::RecovDataQ,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -132,10 +140,44 @@ pub fn kernel_by_name(name: &str) -> Option<&'static Kernel> {
     all_kernels().iter().find(|k| k.name == name)
 }
 
-/// The measured choice for one operation.
+/// Block sizes timed separately at start-up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SizeClass {
+    /// Blocks shorter than [`LARGE_BLOCK_BYTES`].
+    Small,
+    Large,
+}
+
+/// Blocks of at least this many bytes use the kernel chosen for [`SizeClass::Large`].
+pub const LARGE_BLOCK_BYTES: usize = 16 * 1024;
+
+impl SizeClass {
+    pub fn of(block_bytes: usize) -> SizeClass {
+        if block_bytes >= LARGE_BLOCK_BYTES {
+            SizeClass::Large
+        } else {
+            SizeClass::Small
+        }
+    }
+    fn probe_bytes(self) -> usize {
+        match self {
+            SizeClass::Small => 4096,
+            SizeClass::Large => 65536,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            SizeClass::Small => "4K",
+            SizeClass::Large => "64K",
+        }
+    }
+}
+
+/// The measured choice for one operation and size class.
 #[derive(Clone, Debug)]
 pub struct Choice {
     pub op: Op,
+    pub size: SizeClass,
     pub kernel: &'static Kernel,
     /// Measured speed of every candidate, MB/s of data, in table order.
     pub candidates: Vec<(&'static str, f64)>,
@@ -149,8 +191,14 @@ pub struct Selection {
 }
 
 impl Selection {
-    pub fn kernel_for(&self, op: Op) -> &'static Kernel {
-        self.choices.iter().find(|c| c.op == op).map(|c| c.kernel).unwrap_or(&all_kernels()[0])
+    /// The kernel for `op` on blocks of `block_bytes`.
+    pub fn kernel_for(&self, op: Op, block_bytes: usize) -> &'static Kernel {
+        let size = SizeClass::of(block_bytes);
+        self.choices
+            .iter()
+            .find(|c| c.op == op && c.size == size)
+            .map(|c| c.kernel)
+            .unwrap_or(&all_kernels()[0])
     }
 
     /// Lines in the style of the kernel's boot log (`raid6: avx512x4 gen() 31460 MB/s`).
@@ -158,13 +206,24 @@ impl Selection {
         let mut lines = Vec::new();
         for c in &self.choices {
             for (name, mbs) in &c.candidates {
-                lines.push(format!("parity: {:<14} {}() {:>7.0} MB/s", name, c.op.name(), mbs));
+                lines.push(format!(
+                    "parity: {:<14} {}() {:>3} {:>7.0} MB/s",
+                    name,
+                    c.op.name(),
+                    c.size.name(),
+                    mbs
+                ));
             }
             lines.push(format!(
-                "parity: using {} for {}(){}",
+                "parity: using {} for {}() on {} blocks{}",
                 c.kernel.name,
                 c.op.name(),
-                if c.forced { " (forced by URAID_PARITY_KERNEL)" } else { "" }
+                c.size.name(),
+                if c.forced {
+                    " (forced by URAID_PARITY_KERNEL)"
+                } else {
+                    ""
+                }
             ));
         }
         lines
@@ -179,11 +238,12 @@ pub fn selection() -> &'static Selection {
 }
 
 const PROBE_BLOCKS: usize = 8;
-const PROBE_BYTES: usize = 4096;
 const PROBE_TIME: Duration = Duration::from_millis(2);
 
 fn select() -> Selection {
-    let forced_name = std::env::var("URAID_PARITY_KERNEL").ok().filter(|s| !s.is_empty());
+    let forced_name = std::env::var("URAID_PARITY_KERNEL")
+        .ok()
+        .filter(|s| !s.is_empty());
     let forced = forced_name.as_deref().and_then(|n| {
         let k = kernel_by_name(n);
         match k {
@@ -199,29 +259,47 @@ fn select() -> Selection {
             }
         }
     });
-    let stripe = crate::testdata::Stripe::random(PROBE_BLOCKS, PROBE_BYTES, 0x5eed);
     let mut choices = Vec::new();
-    for op in Op::ALL {
-        if let Some(k) = forced.filter(|k| k.implements(op)) {
-            choices.push(Choice { op, kernel: k, candidates: Vec::new(), forced: true });
-            continue;
-        }
-        let mut candidates = Vec::new();
-        let mut best: Option<(&'static Kernel, f64)> = None;
-        for k in supported_kernels().filter(|k| k.implements(op)) {
-            // A kernel that disagrees with the reference is never chosen (and tests fail).
-            if !crate::testdata::kernel_matches_reference(k, op, &stripe) {
-                eprintln!("parity: {} {}() disagrees with the scalar reference; not used", k.name, op.name());
+    for size in [SizeClass::Small, SizeClass::Large] {
+        let stripe = crate::testdata::Stripe::random(PROBE_BLOCKS, size.probe_bytes(), 0x5eed);
+        for op in Op::ALL {
+            if let Some(k) = forced.filter(|k| k.implements(op)) {
+                choices.push(Choice {
+                    op,
+                    size,
+                    kernel: k,
+                    candidates: Vec::new(),
+                    forced: true,
+                });
                 continue;
             }
-            let mbs = measure(k, op, &stripe, PROBE_TIME);
-            candidates.push((k.name, mbs));
-            if best.is_none_or(|(_, b)| mbs > b) {
-                best = Some((k, mbs));
+            let mut candidates = Vec::new();
+            let mut best: Option<(&'static Kernel, f64)> = None;
+            for k in supported_kernels().filter(|k| k.implements(op)) {
+                // A kernel that disagrees with the reference is never chosen (and tests fail).
+                if !crate::testdata::kernel_matches_reference(k, op, &stripe) {
+                    eprintln!(
+                        "parity: {} {}() disagrees with the scalar reference; not used",
+                        k.name,
+                        op.name()
+                    );
+                    continue;
+                }
+                let mbs = measure(k, op, &stripe, PROBE_TIME);
+                candidates.push((k.name, mbs));
+                if best.is_none_or(|(_, b)| mbs > b) {
+                    best = Some((k, mbs));
+                }
             }
+            let kernel = best.map(|(k, _)| k).unwrap_or(&all_kernels()[0]);
+            choices.push(Choice {
+                op,
+                size,
+                kernel,
+                candidates,
+                forced: false,
+            });
         }
-        let kernel = best.map(|(k, _)| k).unwrap_or(&all_kernels()[0]);
-        choices.push(Choice { op, kernel, candidates, forced: false });
     }
     Selection { choices }
 }

@@ -81,7 +81,10 @@ struct Sources {
 
 impl Sources {
     fn of(data: &[&[u8]], len: usize) -> Result<Self, ParityError> {
-        let mut s = Sources { ptrs: [std::ptr::null(); MAX_XOR_BLOCKS], count: data.len() };
+        let mut s = Sources {
+            ptrs: [std::ptr::null(); MAX_XOR_BLOCKS],
+            count: data.len(),
+        };
         for (slot, d) in s.ptrs.iter_mut().zip(data) {
             check_len(len, d.len())?;
             *slot = d.as_ptr();
@@ -102,7 +105,11 @@ impl Kernel {
             // SAFETY: counts and lengths checked above; the kernel is supported (callers get
             // kernels from the dispatcher or check `is_supported`, asserted here).
             Some(f) => {
-                assert!(self.is_supported(), "kernel {} not supported by this CPU", self.name);
+                assert!(
+                    self.is_supported(),
+                    "kernel {} not supported by this CPU",
+                    self.name
+                );
                 unsafe { f(srcs.as_slice(), p.as_mut_ptr(), p.len()) }
             }
             None => scalar::gen_p(data, p),
@@ -115,7 +122,11 @@ impl Kernel {
         check_count(data.len(), MAX_DATA_BLOCKS)?;
         check_len(p.len(), q.len())?;
         let srcs = Sources::of(data, p.len())?;
-        assert!(self.is_supported(), "kernel {} not supported by this CPU", self.name);
+        assert!(
+            self.is_supported(),
+            "kernel {} not supported by this CPU",
+            self.name
+        );
         // SAFETY: counts and lengths checked; p and q are distinct &mut of len bytes.
         unsafe { (self.gen_pq)(srcs.as_slice(), p.as_mut_ptr(), q.as_mut_ptr(), p.len()) }
         Ok(())
@@ -133,13 +144,28 @@ impl Kernel {
     ) -> Result<(), ParityError> {
         check_count(data.len(), MAX_DATA_BLOCKS)?;
         if first + data.len() > MAX_DATA_BLOCKS {
-            return Err(ParityError::TooManyBlocks { count: first + data.len(), max: MAX_DATA_BLOCKS });
+            return Err(ParityError::TooManyBlocks {
+                count: first + data.len(),
+                max: MAX_DATA_BLOCKS,
+            });
         }
         check_len(p.len(), q.len())?;
         let srcs = Sources::of(data, p.len())?;
-        assert!(self.is_supported(), "kernel {} not supported by this CPU", self.name);
+        assert!(
+            self.is_supported(),
+            "kernel {} not supported by this CPU",
+            self.name
+        );
         // SAFETY: as gen_pq; p/q are read and written at the same offsets only.
-        unsafe { (self.update_pq)(first, srcs.as_slice(), p.as_mut_ptr(), q.as_mut_ptr(), p.len()) }
+        unsafe {
+            (self.update_pq)(
+                first,
+                srcs.as_slice(),
+                p.as_mut_ptr(),
+                q.as_mut_ptr(),
+                p.len(),
+            )
+        }
         Ok(())
     }
 
@@ -165,11 +191,18 @@ impl Kernel {
         for b in &lost {
             if let Block::Data(i) = b {
                 if *i >= n {
-                    return Err(ParityError::IndexOutOfRange { index: *i, count: n });
+                    return Err(ParityError::IndexOutOfRange {
+                        index: *i,
+                        count: n,
+                    });
                 }
             }
         }
-        assert!(self.is_supported(), "kernel {} not supported by this CPU", self.name);
+        assert!(
+            self.is_supported(),
+            "kernel {} not supported by this CPU",
+            self.name
+        );
         let mut ptrs = [std::ptr::null_mut::<u8>(); MAX_XOR_BLOCKS];
         for (slot, d) in ptrs.iter_mut().zip(data.iter_mut()) {
             *slot = d.as_mut_ptr();
@@ -204,7 +237,16 @@ impl Kernel {
                 srcs[*x] = std::ptr::null();
                 srcs[*y] = std::ptr::null();
                 unsafe {
-                    (self.recov_2data)(srcs, *x, *y, ptrs[*x], ptrs[*y], p.as_ptr(), q.as_ptr(), len)
+                    (self.recov_2data)(
+                        srcs,
+                        *x,
+                        *y,
+                        ptrs[*x],
+                        ptrs[*y],
+                        p.as_ptr(),
+                        q.as_ptr(),
+                        len,
+                    )
                 }
             }
             _ => return Err(ParityError::Unrecoverable(lost)),
@@ -213,7 +255,12 @@ impl Kernel {
     }
 
     /// Rebuilds lost block `x` of a RAID4/5 stripe (or a RAID6 stripe that still has P).
-    pub fn recover_from_p(&self, data: &mut [&mut [u8]], x: usize, p: &[u8]) -> Result<(), ParityError> {
+    pub fn recover_from_p(
+        &self,
+        data: &mut [&mut [u8]],
+        x: usize,
+        p: &[u8],
+    ) -> Result<(), ParityError> {
         let n = data.len();
         if x >= n {
             return Err(ParityError::IndexOutOfRange { index: x, count: n });
@@ -229,17 +276,26 @@ impl Kernel {
 
 /// P = XOR of `data`, with the selected kernel.
 pub fn gen_p(data: &[&[u8]], p: &mut [u8]) -> Result<(), ParityError> {
-    selection().kernel_for(Op::GenP).gen_p(data, p)
+    selection().kernel_for(Op::GenP, p.len()).gen_p(data, p)
 }
 
 /// P and Q of `data`, with the selected kernel.
 pub fn gen_pq(data: &[&[u8]], p: &mut [u8], q: &mut [u8]) -> Result<(), ParityError> {
-    selection().kernel_for(Op::GenPq).gen_pq(data, p, q)
+    selection()
+        .kernel_for(Op::GenPq, p.len())
+        .gen_pq(data, p, q)
 }
 
 /// See [`Kernel::update_pq`].
-pub fn update_pq(first: usize, data: &[&[u8]], p: &mut [u8], q: &mut [u8]) -> Result<(), ParityError> {
-    selection().kernel_for(Op::UpdatePq).update_pq(first, data, p, q)
+pub fn update_pq(
+    first: usize,
+    data: &[&[u8]],
+    p: &mut [u8],
+    q: &mut [u8],
+) -> Result<(), ParityError> {
+    selection()
+        .kernel_for(Op::UpdatePq, p.len())
+        .update_pq(first, data, p, q)
 }
 
 /// See [`Kernel::recover_raid6`]; picks the kernel chosen for the kind of loss.
@@ -256,12 +312,16 @@ pub fn recover_raid6(
         (1, false) => Op::RecovDataP,
         _ => Op::GenPq,
     };
-    selection().kernel_for(op).recover_raid6(data, p, q, lost)
+    selection()
+        .kernel_for(op, p.len())
+        .recover_raid6(data, p, q, lost)
 }
 
 /// See [`Kernel::recover_from_p`].
 pub fn recover_from_p(data: &mut [&mut [u8]], x: usize, p: &[u8]) -> Result<(), ParityError> {
-    selection().kernel_for(Op::GenP).recover_from_p(data, x, p)
+    selection()
+        .kernel_for(Op::GenP, p.len())
+        .recover_from_p(data, x, p)
 }
 
 /// Is P the XOR of `data`?

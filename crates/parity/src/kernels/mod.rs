@@ -25,15 +25,6 @@ pub(crate) trait Lane: Copy {
     type MulConst: Copy;
     unsafe fn load(ptr: *const u8) -> Self;
     unsafe fn store(ptr: *mut u8, v: Self);
-    /// Non-temporal store (bypasses the caches; `ptr` aligned to `BYTES`). Lanes without one
-    /// store normally.
-    #[inline(always)]
-    unsafe fn store_nt(ptr: *mut u8, v: Self) {
-        Self::store(ptr, v)
-    }
-    /// Orders earlier non-temporal stores before later stores.
-    #[inline(always)]
-    unsafe fn fence() {}
     unsafe fn zero() -> Self;
     unsafe fn xor(a: Self, b: Self) -> Self;
     /// Multiply every byte by g = 2.
@@ -68,7 +59,7 @@ pub(crate) type RecovDataQFn =
 
 /// XOR of all sources for `U` vectors at a time, from `off` while a whole step fits.
 #[inline(always)]
-pub(crate) unsafe fn gen_p_run<V: Lane, const U: usize, const NT: bool>(
+pub(crate) unsafe fn gen_p_run<V: Lane, const U: usize>(
     srcs: &[*const u8],
     p: *mut u8,
     mut off: usize,
@@ -83,11 +74,7 @@ pub(crate) unsafe fn gen_p_run<V: Lane, const U: usize, const NT: bool>(
             }
         }
         for (u, a) in acc.iter().enumerate() {
-            if NT {
-                V::store_nt(p.add(off + u * V::BYTES), *a);
-            } else {
-                V::store(p.add(off + u * V::BYTES), *a);
-            }
+            V::store(p.add(off + u * V::BYTES), *a);
         }
         off += step;
     }
@@ -133,7 +120,7 @@ pub(crate) unsafe fn syndrome<V: Lane, const U: usize, const GAPS: bool>(
 }
 
 #[inline(always)]
-pub(crate) unsafe fn gen_pq_run<V: Lane, const U: usize, const NT: bool>(
+pub(crate) unsafe fn gen_pq_run<V: Lane, const U: usize>(
     srcs: &[*const u8],
     p: *mut u8,
     q: *mut u8,
@@ -144,13 +131,8 @@ pub(crate) unsafe fn gen_pq_run<V: Lane, const U: usize, const NT: bool>(
     while off + step <= len {
         let (wp, wq) = syndrome::<V, U, false>(srcs, off);
         for u in 0..U {
-            if NT {
-                V::store_nt(p.add(off + u * V::BYTES), wp[u]);
-                V::store_nt(q.add(off + u * V::BYTES), wq[u]);
-            } else {
-                V::store(p.add(off + u * V::BYTES), wp[u]);
-                V::store(q.add(off + u * V::BYTES), wq[u]);
-            }
+            V::store(p.add(off + u * V::BYTES), wp[u]);
+            V::store(q.add(off + u * V::BYTES), wq[u]);
         }
         off += step;
     }
@@ -185,17 +167,6 @@ pub(crate) unsafe fn update_pq_run<V: Lane, const U: usize>(
         off += step;
     }
     off
-}
-
-/// Blocks at least this long are written with non-temporal stores by gen_p/gen_pq: parity
-/// of a large block goes to a disk next, not back into the CPU, and streaming it past the
-/// caches saves the read-for-ownership of every output line (measured: `uraid bench parity`,
-/// 64 KiB blocks, warm and cold). Short blocks stay cached: their stores are cheap.
-pub(crate) const STREAMING_MIN_BYTES: usize = 32 * 1024;
-
-#[inline(always)]
-pub(crate) fn streaming_pays(addr: usize, len: usize, lane_bytes: usize) -> bool {
-    lane_bytes >= 32 && addr % lane_bytes == 0 && len >= STREAMING_MIN_BYTES
 }
 
 /// Constants of the two-data solution: with P' = P ⊕ (xor of survivors) = Dx ⊕ Dy and
@@ -297,29 +268,16 @@ macro_rules! kernel_entry_points {
             $(#[target_feature(enable = $features)])?
             #[allow(dead_code)] // GFNI families reuse the plain XOR kernels.
             pub(crate) unsafe fn gen_p(srcs: &[*const u8], p: *mut u8, len: usize) {
-                let off = if streaming_pays(p as usize, len, V::BYTES) {
-                    let off = gen_p_run::<V, U, true>(srcs, p, 0, len);
-                    V::fence();
-                    off
-                } else {
-                    gen_p_run::<V, U, false>(srcs, p, 0, len)
-                };
-                let off = gen_p_run::<V, 1, false>(srcs, p, off, len);
-                gen_p_run::<u8, 1, false>(srcs, p, off, len);
+                let off = gen_p_run::<V, U>(srcs, p, 0, len);
+                let off = gen_p_run::<V, 1>(srcs, p, off, len);
+                gen_p_run::<u8, 1>(srcs, p, off, len);
             }
 
             $(#[target_feature(enable = $features)])?
             pub(crate) unsafe fn gen_pq(srcs: &[*const u8], p: *mut u8, q: *mut u8, len: usize) {
-                let aligned = (p as usize | q as usize) % V::BYTES == 0;
-                let off = if aligned && streaming_pays(0, len, V::BYTES) {
-                    let off = gen_pq_run::<V, U, true>(srcs, p, q, 0, len);
-                    V::fence();
-                    off
-                } else {
-                    gen_pq_run::<V, U, false>(srcs, p, q, 0, len)
-                };
-                let off = gen_pq_run::<V, 1, false>(srcs, p, q, off, len);
-                gen_pq_run::<u8, 1, false>(srcs, p, q, off, len);
+                let off = gen_pq_run::<V, U>(srcs, p, q, 0, len);
+                let off = gen_pq_run::<V, 1>(srcs, p, q, off, len);
+                gen_pq_run::<u8, 1>(srcs, p, q, off, len);
             }
 
             $(#[target_feature(enable = $features)])?

@@ -44,14 +44,6 @@ impl Lane for Avx2 {
         _mm256_storeu_si256(ptr as *mut __m256i, v.0)
     }
     #[inline(always)]
-    unsafe fn store_nt(ptr: *mut u8, v: Self) {
-        _mm256_stream_si256(ptr as *mut __m256i, v.0)
-    }
-    #[inline(always)]
-    unsafe fn fence() {
-        _mm_sfence()
-    }
-    #[inline(always)]
     unsafe fn zero() -> Self {
         Avx2(_mm256_setzero_si256())
     }
@@ -78,7 +70,10 @@ impl Lane for Avx2 {
         let nib = _mm256_set1_epi8(0x0f);
         let l = _mm256_and_si256(a.0, nib);
         let h = _mm256_and_si256(_mm256_srli_epi16(a.0, 4), nib);
-        Avx2(_mm256_xor_si256(_mm256_shuffle_epi8(lo, l), _mm256_shuffle_epi8(hi, h)))
+        Avx2(_mm256_xor_si256(
+            _mm256_shuffle_epi8(lo, l),
+            _mm256_shuffle_epi8(hi, h),
+        ))
     }
 }
 
@@ -94,14 +89,6 @@ impl Lane for Avx2Gfni {
         _mm256_storeu_si256(ptr as *mut __m256i, v.0)
     }
     #[inline(always)]
-    unsafe fn store_nt(ptr: *mut u8, v: Self) {
-        _mm256_stream_si256(ptr as *mut __m256i, v.0)
-    }
-    #[inline(always)]
-    unsafe fn fence() {
-        _mm_sfence()
-    }
-    #[inline(always)]
     unsafe fn zero() -> Self {
         Avx2Gfni(_mm256_setzero_si256())
     }
@@ -111,7 +98,10 @@ impl Lane for Avx2Gfni {
     }
     #[inline(always)]
     unsafe fn mul2(a: Self) -> Self {
-        Avx2Gfni(_mm256_gf2p8affine_epi64_epi8::<0>(a.0, _mm256_set1_epi64x(X2_MATRIX)))
+        Avx2Gfni(_mm256_gf2p8affine_epi64_epi8::<0>(
+            a.0,
+            _mm256_set1_epi64x(X2_MATRIX),
+        ))
     }
     #[inline(always)]
     unsafe fn prepare(c: u8) -> Self::MulConst {
@@ -135,14 +125,6 @@ impl Lane for Avx512 {
         _mm512_storeu_si512(ptr as *mut __m512i, v.0)
     }
     #[inline(always)]
-    unsafe fn store_nt(ptr: *mut u8, v: Self) {
-        _mm512_stream_si512(ptr as *mut __m512i, v.0)
-    }
-    #[inline(always)]
-    unsafe fn fence() {
-        _mm_sfence()
-    }
-    #[inline(always)]
     unsafe fn zero() -> Self {
         Avx512(_mm512_setzero_si512())
     }
@@ -159,14 +141,20 @@ impl Lane for Avx512 {
     #[inline(always)]
     unsafe fn prepare(c: u8) -> Self::MulConst {
         let (lo, hi) = gf::nibble_tables(c);
-        (_mm512_broadcast_i32x4(table128(&lo)), _mm512_broadcast_i32x4(table128(&hi)))
+        (
+            _mm512_broadcast_i32x4(table128(&lo)),
+            _mm512_broadcast_i32x4(table128(&hi)),
+        )
     }
     #[inline(always)]
     unsafe fn mul(a: Self, (lo, hi): Self::MulConst) -> Self {
         let nib = _mm512_set1_epi8(0x0f);
         let l = _mm512_and_si512(a.0, nib);
         let h = _mm512_and_si512(_mm512_srli_epi16(a.0, 4), nib);
-        Avx512(_mm512_xor_si512(_mm512_shuffle_epi8(lo, l), _mm512_shuffle_epi8(hi, h)))
+        Avx512(_mm512_xor_si512(
+            _mm512_shuffle_epi8(lo, l),
+            _mm512_shuffle_epi8(hi, h),
+        ))
     }
 }
 
@@ -182,14 +170,6 @@ impl Lane for Avx512Gfni {
         _mm512_storeu_si512(ptr as *mut __m512i, v.0)
     }
     #[inline(always)]
-    unsafe fn store_nt(ptr: *mut u8, v: Self) {
-        _mm512_stream_si512(ptr as *mut __m512i, v.0)
-    }
-    #[inline(always)]
-    unsafe fn fence() {
-        _mm_sfence()
-    }
-    #[inline(always)]
     unsafe fn zero() -> Self {
         Avx512Gfni(_mm512_setzero_si512())
     }
@@ -199,7 +179,10 @@ impl Lane for Avx512Gfni {
     }
     #[inline(always)]
     unsafe fn mul2(a: Self) -> Self {
-        Avx512Gfni(_mm512_gf2p8affine_epi64_epi8::<0>(a.0, _mm512_set1_epi64(X2_MATRIX)))
+        Avx512Gfni(_mm512_gf2p8affine_epi64_epi8::<0>(
+            a.0,
+            _mm512_set1_epi64(X2_MATRIX),
+        ))
     }
     #[inline(always)]
     unsafe fn prepare(c: u8) -> Self::MulConst {
