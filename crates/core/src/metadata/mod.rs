@@ -11,6 +11,7 @@
 mod codec;
 
 pub mod bitmap;
+pub mod create;
 pub mod sb090;
 pub mod sb1;
 
