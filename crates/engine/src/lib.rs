@@ -2,8 +2,12 @@
 //! engine runs over files, block devices and simulated disks.
 
 pub mod array;
+pub mod create;
+pub mod locks;
 pub mod member;
+mod parallel;
 pub mod scan;
+pub mod stripe_cache;
 
-pub use array::{Array, AssemblyReport, EngineError};
+pub use array::{Array, ArrayOptions, AssemblyReport, DeviceInfo, DeviceState, EngineError};
 pub use member::{FileMember, MemMember, Member};

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use uraid_core::assemble::AssembleOptions;
-use uraid_engine::{Array, FileMember, Member};
+use uraid_engine::{Array, ArrayOptions, FileMember, Member};
 
 #[derive(Args)]
 pub struct ReadArgs {
@@ -34,7 +34,8 @@ pub fn assemble_read_only(paths: &[PathBuf], force: bool, run: bool) -> Result<A
     for p in paths {
         members.push(Arc::new(FileMember::open(p, false)?));
     }
-    let (array, report) = Array::assemble(members, &AssembleOptions { array_uuid: None, force, run })?;
+    let opts = ArrayOptions { assemble: AssembleOptions { array_uuid: None, force, run }, ..Default::default() };
+    let (array, report) = Array::assemble(members, &opts)?;
     for w in &report.warnings {
         eprintln!("uraid: warning: {w}");
     }

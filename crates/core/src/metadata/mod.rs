@@ -14,6 +14,7 @@ pub mod bitmap;
 pub mod create;
 pub mod sb090;
 pub mod sb1;
+mod update;
 
 use std::fmt;
 

@@ -1,0 +1,155 @@
+//! State changes md makes to a live array's superblocks (events, clean/dirty, failed and
+//! recovering members), as pure functions on decoded superblocks. The engine applies them to
+//! every member's copy and writes the results; checksums are recomputed here.
+
+use super::sb090::DiskDescriptor090;
+use super::sb1::{FeatureMap, MdTime};
+use super::{DeviceRole, Superblock, MAX_SECTOR};
+
+impl Superblock {
+    /// Records the array's event count, update time and sync state. `resync_offset` is md's
+    /// `recovery_cp`: [`MAX_SECTOR`] when clean, 0 while writes are in flight ("active"), or
+    /// the sector an interrupted resync reached.
+    pub fn set_array_state(&mut self, events: u64, resync_offset_sectors: u64, utime_seconds: u64) {
+        match self {
+            Superblock::V1(sb) => {
+                sb.events = events;
+                sb.resync_offset_sectors = resync_offset_sectors;
+                sb.utime = MdTime::from_parts(utime_seconds, 0);
+            }
+            Superblock::V090(sb) => {
+                sb.events = events;
+                sb.cp_events = events;
+                sb.utime = utime_seconds as u32;
+                if resync_offset_sectors == MAX_SECTOR {
+                    sb.state |= super::Superblock090::STATE_CLEAN;
+                    sb.recovery_cp = u32::MAX;
+                } else {
+                    sb.state &= !super::Superblock090::STATE_CLEAN;
+                    sb.recovery_cp = resync_offset_sectors.min(u64::from(u32::MAX - 1)) as u32;
+                }
+            }
+        }
+        self.update_checksum();
+    }
+
+    /// The permanent device number (1.x `dev_number`, 0.90 this-disk `number`).
+    pub fn dev_number(&self) -> u32 {
+        match self {
+            Superblock::V1(sb) => sb.dev_number,
+            Superblock::V090(sb) => sb.this_disk.number,
+        }
+    }
+
+    /// Sets what device `dev_number` is in this superblock's view of the array.
+    pub fn set_device_role(&mut self, dev_number: u32, role: DeviceRole) {
+        match self {
+            Superblock::V1(sb) => {
+                let raw = match role {
+                    DeviceRole::Active(n) => n as u16,
+                    DeviceRole::Spare => DeviceRole::SPARE_RAW,
+                    DeviceRole::Faulty => DeviceRole::FAULTY_RAW,
+                    DeviceRole::Journal => DeviceRole::JOURNAL_RAW,
+                    DeviceRole::Unknown(r) => r,
+                };
+                let idx = dev_number as usize;
+                if idx >= sb.dev_roles.len() {
+                    sb.dev_roles.resize(idx + 1, DeviceRole::SPARE_RAW);
+                }
+                sb.dev_roles[idx] = raw;
+            }
+            Superblock::V090(sb) => {
+                let state = match role {
+                    DeviceRole::Active(_) => {
+                        DiskDescriptor090::STATE_ACTIVE | DiskDescriptor090::STATE_SYNC
+                    }
+                    DeviceRole::Faulty => {
+                        DiskDescriptor090::STATE_FAULTY | DiskDescriptor090::STATE_REMOVED
+                    }
+                    _ => 0,
+                };
+                let raid_disk = match role {
+                    DeviceRole::Active(n) => n,
+                    _ => sb.disks.get(dev_number as usize).map_or(0, |d| d.raid_disk),
+                };
+                if let Some(d) = sb.disks.get_mut(dev_number as usize) {
+                    d.state = state;
+                    d.raid_disk = raid_disk;
+                }
+                if sb.this_disk.number == dev_number {
+                    sb.this_disk.state = state;
+                    sb.this_disk.raid_disk = raid_disk;
+                }
+                let active = sb.disks.iter().filter(|d| d.state & DiskDescriptor090::STATE_ACTIVE != 0).count() as u32;
+                let failed = sb.disks.iter().filter(|d| d.state & DiskDescriptor090::STATE_FAULTY != 0).count() as u32;
+                sb.active_disks = active;
+                sb.working_disks = active;
+                sb.failed_disks = failed;
+            }
+        }
+        self.update_checksum();
+    }
+
+    /// Marks this device as rebuilt up to `recovered_sectors` (`Some`), or fully in sync
+    /// (`None`). 1.x records it with the `RECOVERY_OFFSET` feature; 0.90 cannot record
+    /// partial progress, so a recovering 0.90 member restarts from 0, as in md.
+    pub fn set_recovery_offset(&mut self, recovered_sectors: Option<u64>) {
+        if let Superblock::V1(sb) = self {
+            match recovered_sectors {
+                Some(s) => {
+                    sb.feature_map = FeatureMap(sb.feature_map.0 | FeatureMap::RECOVERY_OFFSET);
+                    sb.recovery_offset_raw = s;
+                }
+                None => {
+                    sb.feature_map = FeatureMap(sb.feature_map.0 & !FeatureMap::RECOVERY_OFFSET);
+                    sb.recovery_offset_raw = 0;
+                }
+            }
+        }
+        self.update_checksum();
+    }
+
+    /// Whether the superblock records an internal write-intent bitmap.
+    pub fn has_internal_bitmap(&self) -> bool {
+        match self {
+            Superblock::V1(sb) => sb.bitmap_offset_sectors().is_some(),
+            Superblock::V090(sb) => sb.has_bitmap(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::Superblock1;
+
+    fn v1() -> Superblock {
+        let mut bytes = vec![0u8; 256 + 2 * 4];
+        bytes[0..4].copy_from_slice(&0xa92b_4efcu32.to_le_bytes());
+        bytes[4..8].copy_from_slice(&1u32.to_le_bytes());
+        bytes[72..76].copy_from_slice(&4u32.to_le_bytes()); // raid_disks
+        bytes[220..224].copy_from_slice(&4u32.to_le_bytes()); // max_dev
+        for i in 0..4 {
+            bytes[256 + 2 * i..258 + 2 * i].copy_from_slice(&(i as u16).to_le_bytes());
+        }
+        let mut sb = Superblock1::decode_unverified(&bytes).expect("hand-built superblock");
+        sb.update_checksum();
+        Superblock::V1(sb)
+    }
+
+    #[test]
+    fn state_changes_keep_the_checksum_valid_and_round_trip() {
+        let mut sb = v1();
+        sb.set_array_state(7, 0, 1000);
+        assert!(!sb.is_clean());
+        sb.set_device_role(2, DeviceRole::Faulty);
+        sb.set_recovery_offset(Some(64));
+        let Superblock::V1(inner) = &sb else { unreachable!() };
+        let decoded = Superblock1::decode(&inner.encode()).expect("checksum valid after updates");
+        assert_eq!(decoded.events, 7);
+        assert_eq!(decoded.dev_roles[2], DeviceRole::FAULTY_RAW);
+        assert_eq!(decoded.recovery_offset(), Some(64));
+        sb.set_array_state(8, MAX_SECTOR, 1001);
+        assert!(sb.is_clean());
+    }
+}

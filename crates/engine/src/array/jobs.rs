@@ -1,0 +1,403 @@
+//! The long operations md runs on an array, as steps a driver calls repeatedly (so progress,
+//! speed limits and cancellation live with the caller): initial/after-crash resync,
+//! recovery onto a spare, and check/repair. Each step works on whole stripes (parity levels)
+//! or chunks (mirrors) under the stripe locks, so it interleaves safely with I/O.
+//! Positions are member sectors from the data offset, as md's resync/recovery offsets are.
+
+use super::striped::{compute_parity, rebuild};
+use super::{Array, DeviceState, EngineError};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use uraid_core::geometry::{Geometry, MemberSector, SECTOR_BYTES};
+use uraid_core::metadata::MAX_SECTOR;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobKind {
+    Resync,
+    Recovery,
+    Check,
+    Repair,
+}
+
+impl JobKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            JobKind::Resync => "resync",
+            JobKind::Recovery => "recovery",
+            JobKind::Check => "check",
+            JobKind::Repair => "repair",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobProgress {
+    pub kind: JobKind,
+    pub done_sectors: u64,
+    pub total_sectors: u64,
+}
+
+impl JobProgress {
+    pub fn finished(&self) -> bool {
+        self.done_sectors >= self.total_sectors
+    }
+}
+
+/// What a check found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckReport {
+    /// md's mismatch_cnt: sectors in 4 KiB rows whose redundancy disagreed.
+    pub mismatch_sectors: u64,
+    /// RAID6: rows where syndrome decoding named one member as wrong, per role.
+    pub wrong_member_rows: BTreeMap<usize, u64>,
+    /// RAID6: rows with errors in more than one block.
+    pub unattributed_rows: u64,
+    /// Rows rewritten (repair).
+    pub repaired_rows: u64,
+}
+
+const ROW_BYTES: usize = 4096;
+
+impl Array {
+    /// Member sectors a resync, recovery or check walks.
+    pub fn sync_sectors(&self) -> u64 {
+        match &self.geometry {
+            Geometry::Parity(p) => p.member_sectors(),
+            Geometry::Raid1 { array_sectors, .. } => *array_sectors,
+            Geometry::Raid10(g) => g.used_member_sectors(),
+            _ => 0,
+        }
+    }
+
+    /// Granularity of job steps: one stripe (chunk) for striped levels, 128 sectors else.
+    fn step_unit(&self) -> u64 {
+        match &self.geometry {
+            Geometry::Parity(p) => p.chunk_sectors(),
+            Geometry::Raid10(g) => g.chunk_sectors(),
+            _ => 128,
+        }
+    }
+
+    /// The job md would run now, if any: recovery onto a spare first, then resync.
+    pub fn pending_job(&self) -> Option<JobKind> {
+        if !self.writable {
+            return None;
+        }
+        let meta = self.lock_meta();
+        if meta.failed.is_some() {
+            return None;
+        }
+        if meta.devices.iter().any(|d| matches!(d.state, DeviceState::Recovering { .. })) {
+            return Some(JobKind::Recovery);
+        }
+        drop(meta);
+        // A degraded array cannot be resynced (there is nothing to compare against).
+        if self.resync_position() < self.sync_sectors() && self.missing_roles().is_empty() {
+            return Some(JobKind::Resync);
+        }
+        None
+    }
+
+    /// Gives a spare the first missing role, as md does when a spare is present at start.
+    pub fn start_recovery_if_possible(&self) -> bool {
+        if !self.writable {
+            return false;
+        }
+        let missing = self.missing_roles();
+        let mut meta = self.lock_meta();
+        if meta.devices.iter().any(|d| matches!(d.state, DeviceState::Recovering { .. })) {
+            return true;
+        }
+        let recovering_roles: Vec<usize> = meta
+            .devices
+            .iter()
+            .filter_map(|d| match d.state {
+                DeviceState::Recovering { role, .. } => Some(role),
+                _ => None,
+            })
+            .collect();
+        let Some(&role) = missing.iter().find(|r| !recovering_roles.contains(r)) else { return false };
+        let Some(sp) = meta.devices.iter().position(|d| d.state == DeviceState::Spare) else { return false };
+        meta.devices[sp].state = DeviceState::Recovering { role, done: 0 };
+        let n = meta.devices[sp].sb.dev_number();
+        for d in meta.devices.iter_mut() {
+            d.sb.set_device_role(n, uraid_core::metadata::DeviceRole::Active(role as u32));
+        }
+        meta.devices[sp].sb.set_recovery_offset(Some(0));
+        self.rebuild_io_map(&meta);
+        true
+    }
+
+    /// Resyncs up to `max_sectors` member sectors from the current resync position.
+    pub fn resync_step(&self, max_sectors: u64) -> Result<JobProgress, EngineError> {
+        let total = self.sync_sectors();
+        let unit = self.step_unit();
+        let mut pos = self.resync_position();
+        if !self.writable {
+            return Err(EngineError::ReadOnly);
+        }
+        if pos < total && self.dirty_needed_for_sync() {
+            self.ensure_dirty()?;
+        }
+        let end = pos.saturating_add(max_sectors.max(unit)).min(total);
+        let _gate = self.write_gate.read().unwrap_or_else(|e| e.into_inner());
+        while pos < end {
+            let n = (unit - pos % unit).min(end - pos);
+            self.sync_region(pos, n, SyncMode::Resync, &mut CheckReport::default())?;
+            pos += n;
+            self.resync_pos.store(if pos >= total { MAX_SECTOR } else { pos }, Ordering::Release);
+        }
+        Ok(JobProgress { kind: JobKind::Resync, done_sectors: pos.min(total), total_sectors: total })
+    }
+
+    fn dirty_needed_for_sync(&self) -> bool {
+        true
+    }
+
+    /// Checks (or repairs) up to `max_sectors` from `from`; adds findings to `report`.
+    pub fn check_step(&self, from: u64, max_sectors: u64, repair: bool, report: &mut CheckReport) -> Result<JobProgress, EngineError> {
+        let total = self.sync_sectors();
+        let unit = self.step_unit();
+        if repair {
+            self.ensure_dirty()?;
+        }
+        let _gate = self.write_gate.read().unwrap_or_else(|e| e.into_inner());
+        let end = from.saturating_add(max_sectors.max(unit)).min(total);
+        let mut pos = from;
+        while pos < end {
+            let n = (unit - pos % unit).min(end - pos);
+            self.sync_region(pos, n, if repair { SyncMode::Repair } else { SyncMode::Check }, report)?;
+            pos += n;
+        }
+        Ok(JobProgress { kind: if repair { JobKind::Repair } else { JobKind::Check }, done_sectors: pos, total_sectors: total })
+    }
+
+    /// Rebuilds up to `max_sectors` of the recovering member.
+    pub fn recovery_step(&self, max_sectors: u64) -> Result<JobProgress, EngineError> {
+        self.ensure_dirty()?;
+        let total = self.sync_sectors();
+        let unit = self.step_unit();
+        let (device, role, mut done) = {
+            let meta = self.lock_meta();
+            match meta.devices.iter().enumerate().find_map(|(i, d)| match d.state {
+                DeviceState::Recovering { role, done } => Some((i, role, done)),
+                _ => None,
+            }) {
+                Some(x) => x,
+                None => return Ok(JobProgress { kind: JobKind::Recovery, done_sectors: total, total_sectors: total }),
+            }
+        };
+        let _gate = self.write_gate.read().unwrap_or_else(|e| e.into_inner());
+        let end = done.saturating_add(max_sectors.max(unit)).min(total);
+        while done < end {
+            let n = (unit - done % unit).min(end - done);
+            self.recover_region(role, device, done, n)?;
+            done += n;
+            let mut meta = self.lock_meta();
+            if meta.devices[device].state != (DeviceState::Recovering { role, done: done - n }) {
+                // The member failed under us.
+                return Err(EngineError::Failed(format!("recovery target for role {role} failed")));
+            }
+            meta.devices[device].state = DeviceState::Recovering { role, done };
+        }
+        // Checkpoint (md writes recovery_offset periodically; we do it every step).
+        let mut meta = self.lock_meta();
+        if done >= total {
+            meta.devices[device].state = DeviceState::InSync(role);
+            meta.devices[device].sb.set_recovery_offset(None);
+        } else {
+            meta.devices[device].sb.set_recovery_offset(Some(done));
+        }
+        self.rebuild_io_map(&meta);
+        let resync = if self.dirty.load(Ordering::Acquire) { 0 } else { self.resync_position() };
+        self.persist(&mut meta, resync);
+        Ok(JobProgress { kind: JobKind::Recovery, done_sectors: done.min(total), total_sectors: total })
+    }
+
+    /// Writes role `role`'s content for member sectors `pos..pos+n` onto `device`.
+    fn recover_region(&self, role: usize, device: usize, pos: u64, n: u64) -> Result<(), EngineError> {
+        let len = (n * SECTOR_BYTES) as usize;
+        let target = {
+            let meta = self.lock_meta();
+            let d = &meta.devices[device];
+            (d.member.clone(), d.data_offset)
+        };
+        let content = match &self.geometry {
+            Geometry::Parity(p) => {
+                let stripe = pos / p.chunk_sectors();
+                let _g = self.locks.lock(stripe, stripe);
+                let io = self.io_map();
+                let roles = p.stripe_roles(stripe);
+                let (mut bufs, missing, p_missing, q_missing) = match self.read_stripe_buffers_pub(&io, stripe, pos, pos + n) {
+                    Some(x) => x,
+                    None => return Err(EngineError::Failed(format!("stripe {stripe}: read failed during recovery"))),
+                };
+                if !rebuild(&roles, &mut bufs, &missing, p_missing, q_missing) {
+                    return Err(EngineError::Failed(format!("stripe {stripe}: too many members missing to recover")));
+                }
+                if role == roles.p {
+                    bufs.p
+                } else if Some(role) == roles.q {
+                    bufs.q.unwrap_or_default()
+                } else {
+                    let idx = roles.data.iter().position(|r| *r == role).unwrap_or(0);
+                    std::mem::take(&mut bufs.data[idx])
+                }
+            }
+            Geometry::Raid1 { .. } | Geometry::Raid10(_) => self.mirror_content(role, pos, n)?,
+            _ => return Err(EngineError::Invalid("no redundancy to recover from".into())),
+        };
+        debug_assert_eq!(content.len(), len);
+        target.0.write_at(&content, target.1 + pos * SECTOR_BYTES).map_err(|e| {
+            self.fail_device(device, &e.to_string());
+            EngineError::Failed(format!("recovery target: {e}"))
+        })
+    }
+
+    /// What role `role` holds at member sectors `pos..pos+n` of a mirrored level, read from
+    /// the other copies (under the array-range locks of that data).
+    fn mirror_content(&self, role: usize, pos: u64, n: u64) -> Result<Vec<u8>, EngineError> {
+        let mut out = vec![0u8; (n * SECTOR_BYTES) as usize];
+        let mut s = 0;
+        while s < n {
+            // unmap gives the array sector of one member sector; copies are contiguous
+            // within a chunk, so walk chunk by chunk.
+            let unit = self.step_unit().min(n - s);
+            let array_sector = self.geometry.unmap(role, pos + s).map_err(|e| EngineError::Invalid(e.to_string()))?;
+            let part = &mut out[(s * SECTOR_BYTES) as usize..((s + unit) * SECTOR_BYTES) as usize];
+            if let Some(a) = array_sector {
+                let (lo, hi) = self.lock_span(a, unit);
+                let _g = self.locks.lock(lo, hi);
+                self.read_sectors(a, part, true)?;
+            }
+            s += unit;
+        }
+        Ok(out)
+    }
+
+    /// One region of a resync, check or repair.
+    fn sync_region(&self, pos: u64, n: u64, mode: SyncMode, report: &mut CheckReport) -> Result<(), EngineError> {
+        match &self.geometry {
+            Geometry::Parity(p) => {
+                let stripe = pos / p.chunk_sectors();
+                let _g = self.locks.lock(stripe, stripe);
+                let io = self.io_map();
+                let roles = p.stripe_roles(stripe);
+                let Some((bufs, missing, p_missing, q_missing)) = self.read_stripe_buffers_pub(&io, stripe, pos, pos + n) else {
+                    return Err(EngineError::Failed(format!("stripe {stripe}: read failed")));
+                };
+                if !missing.is_empty() || p_missing || q_missing {
+                    return Ok(()); // degraded stripe: nothing to compare
+                }
+                let h = bufs.p.len();
+                let mut p_new = vec![0u8; h];
+                let mut q_new = bufs.q.as_ref().map(|_| vec![0u8; h]);
+                compute_parity(&roles, &bufs.data, &mut p_new, q_new.as_deref_mut());
+                let mut rows_bad = Vec::new();
+                for row in (0..h).step_by(ROW_BYTES) {
+                    let r = row..(row + ROW_BYTES).min(h);
+                    let bad = p_new[r.clone()] != bufs.p[r.clone()]
+                        || q_new.as_ref().zip(bufs.q.as_ref()).is_some_and(|(a, b)| a[r.clone()] != b[r.clone()]);
+                    if bad {
+                        rows_bad.push(r);
+                    }
+                }
+                if rows_bad.is_empty() {
+                    return Ok(());
+                }
+                if mode != SyncMode::Resync {
+                    report.mismatch_sectors += rows_bad.iter().map(|r| r.len() as u64 / SECTOR_BYTES).sum::<u64>();
+                }
+                if let (Some(q_disk), SyncMode::Check | SyncMode::Repair) = (bufs.q.as_ref(), mode) {
+                    for r in &rows_bad {
+                        let sources = roles.syndrome_sources();
+                        let zero = vec![0u8; r.len()];
+                        let refs: Vec<&[u8]> =
+                            sources.iter().map(|s| s.map_or(zero.as_slice(), |i| &bufs.data[i][r.clone()])).collect();
+                        match uraid_parity::verify_pq(&refs, &bufs.p[r.clone()], &q_disk[r.clone()]) {
+                            Ok(uraid_parity::Verdict::Wrong(b)) => {
+                                let role = match b {
+                                    uraid_parity::Block::P => roles.p,
+                                    uraid_parity::Block::Q => roles.q.unwrap_or(roles.p),
+                                    uraid_parity::Block::Data(slot) => {
+                                        let idx = sources.get(slot).copied().flatten().unwrap_or(0);
+                                        roles.data[idx]
+                                    }
+                                };
+                                *report.wrong_member_rows.entry(role).or_default() += 1;
+                            }
+                            _ => report.unattributed_rows += 1,
+                        }
+                    }
+                }
+                if mode != SyncMode::Check {
+                    // md's repair/resync rewrites parity from data.
+                    let mut out: Vec<(usize, u64, &[u8])> = vec![(roles.p, pos, &p_new)];
+                    if let (Some(qr), Some(q)) = (roles.q, q_new.as_ref()) {
+                        out.push((qr, pos, q));
+                    }
+                    self.write_members(&io, &out);
+                    report.repaired_rows += rows_bad.len() as u64;
+                }
+                Ok(())
+            }
+            Geometry::Raid1 { .. } | Geometry::Raid10(_) => self.sync_mirrors(pos, n, mode, report),
+            _ => Ok(()),
+        }
+    }
+
+    /// Mirrors: compare each in-sync copy with the first readable one; rewrite on resync/repair.
+    fn sync_mirrors(&self, pos: u64, n: u64, mode: SyncMode, report: &mut CheckReport) -> Result<(), EngineError> {
+        let io = self.io_map();
+        let len = (n * SECTOR_BYTES) as usize;
+        // Walk roles: for each role's member range, find the array sector and compare with
+        // the copy md reads first. Role 0..raid_disks each visited once per region.
+        let mut seen_array_sectors = std::collections::BTreeSet::new();
+        for role in 0..self.geometry.raid_disks() {
+            let Ok(Some(a)) = self.geometry.unmap(role, pos) else { continue };
+            if !seen_array_sectors.insert(a) {
+                continue;
+            }
+            let Ok(piece) = self.geometry.locate(a) else { continue };
+            let uraid_core::geometry::Placement::Mirrored(copies) = piece.placement else { continue };
+            let (lo, hi) = self.lock_span(a, n);
+            let _g = self.locks.lock(lo, hi);
+            let mut reference: Option<Vec<u8>> = None;
+            let mut stale: Vec<MemberSector> = Vec::new();
+            for ms in &copies {
+                if io.read[ms.role].is_none() {
+                    continue;
+                }
+                let mut b = vec![0u8; len];
+                if self.read_member(&io, MemberSector { role: ms.role, sector: ms.sector }, &mut b).is_err() {
+                    continue;
+                }
+                match &reference {
+                    None => reference = Some(b),
+                    Some(r) if *r != b => stale.push(*ms),
+                    _ => {}
+                }
+            }
+            let Some(reference) = reference else { continue };
+            if stale.is_empty() {
+                continue;
+            }
+            if mode != SyncMode::Resync {
+                report.mismatch_sectors += n * stale.len() as u64;
+            }
+            if mode != SyncMode::Check {
+                let out: Vec<(usize, u64, &[u8])> = stale.iter().map(|ms| (ms.role, ms.sector, reference.as_slice())).collect();
+                self.write_members(&io, &out);
+                report.repaired_rows += stale.len() as u64;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SyncMode {
+    Resync,
+    Check,
+    Repair,
+}

@@ -1,0 +1,789 @@
+//! An assembled md array: its members by role, its geometry, and the state md keeps in the
+//! superblocks (events, clean/dirty, failed and recovering members).
+//!
+//! Reads reconstruct what a missing or failing member held; writes keep data recoverable
+//! through any failure the level tolerates (see `striped.rs` for RAID4/5/6). Superblocks are
+//! updated as md updates them: "active" (resync_offset 0) before the first write after a
+//! clean state, "clean" again at `close`, events bumped on each change, failed members
+//! recorded as faulty in every surviving member's role table.
+
+mod jobs;
+mod striped;
+
+pub use jobs::{CheckReport, JobKind, JobProgress};
+
+use crate::locks::StripeLocks;
+use crate::member::Member;
+use crate::scan::probe;
+use crate::stripe_cache::{StripeCache, DEFAULT_STRIPE_CACHE_PAGES};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use uraid_core::assemble::{assemble, AssembleOptions, Candidate, Decision, Exclusion};
+use uraid_core::geometry::{ArraySpec, Geometry, Level, MemberSector, Placement, SECTOR_BYTES};
+use uraid_core::metadata::{DeviceRole, MdUuid, Superblock, MAX_SECTOR};
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("{device}: no md superblock found{detail}")]
+    NoSuperblock { device: String, detail: String },
+    #[error("cannot assemble: {0}")]
+    Refused(String),
+    #[error("unsupported array: {0}")]
+    Unsupported(String),
+    #[error("access of {len} bytes at {offset} is beyond the array end ({size} bytes)")]
+    OutOfRange { offset: u64, len: usize, size: u64 },
+    #[error("data at array byte {offset} is lost: {detail}")]
+    Unreadable { offset: u64, detail: String },
+    #[error("array is read-only")]
+    ReadOnly,
+    #[error("array has failed: {0}")]
+    Failed(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// How to open an array.
+#[derive(Debug, Clone, Copy)]
+pub struct ArrayOptions {
+    pub assemble: AssembleOptions,
+    /// Writes allowed. Devices are opened by the caller; this only gates the engine.
+    pub writable: bool,
+    /// md's `stripe_cache_size`: 4 KiB pages per member that stripe buffers may use.
+    pub stripe_cache_pages: u64,
+}
+
+impl Default for ArrayOptions {
+    fn default() -> Self {
+        ArrayOptions { assemble: AssembleOptions::default(), writable: false, stripe_cache_pages: DEFAULT_STRIPE_CACHE_PAGES }
+    }
+}
+
+/// What a device attached to the array is now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceState {
+    InSync(usize),
+    /// Being rebuilt: sectors below `done` (from the data offset) hold valid data.
+    Recovering { role: usize, done: u64 },
+    Spare,
+    Faulty,
+}
+
+/// One device and its superblock as the array keeps it.
+struct Device {
+    member: Arc<dyn Member>,
+    sb: Superblock,
+    sb_offset: u64,
+    data_offset: u64,
+    state: DeviceState,
+}
+
+/// Public view of a device, for status displays.
+#[derive(Debug, Clone)]
+pub struct DeviceInfo {
+    pub label: String,
+    pub state: DeviceState,
+    pub dev_number: u32,
+}
+
+/// A member serving a role on the I/O path.
+#[derive(Clone)]
+pub(crate) struct RoleMember {
+    member: Arc<dyn Member>,
+    data_offset: u64,
+    device: usize,
+}
+
+/// Which member each role is read from and written to. A recovering member is written (so
+/// it stays current behind the rebuild) but not read.
+#[derive(Clone, Default)]
+pub(crate) struct IoMap {
+    read: Vec<Option<RoleMember>>,
+    write: Vec<Option<RoleMember>>,
+}
+
+struct Meta {
+    devices: Vec<Device>,
+    events: u64,
+    /// Too many members failed for the level: no more writes.
+    failed: Option<String>,
+}
+
+/// What assembly did with each given device, for the user.
+#[derive(Debug, Clone, Default)]
+pub struct AssemblyReport {
+    pub warnings: Vec<String>,
+    pub degraded_roles: Vec<u32>,
+    /// The array was not shut down cleanly; a resync is needed from `resync_from` sectors.
+    pub needs_resync: bool,
+}
+
+/// An assembled array.
+pub struct Array {
+    geometry: Geometry,
+    level: Level,
+    size_bytes: u64,
+    uuid: MdUuid,
+    name: String,
+    /// md layout number (raid10 tolerance depends on it).
+    layout: u32,
+    writable: bool,
+    io: RwLock<IoMap>,
+    meta: Mutex<Meta>,
+    /// The superblocks say "active" (writes since the last clean mark).
+    dirty: AtomicBool,
+    /// Member sectors below which redundancy is known consistent; MAX_SECTOR when all are.
+    resync_pos: AtomicU64,
+    /// Held (shared) by every write; taken exclusively to mark the array clean.
+    write_gate: RwLock<()>,
+    locks: StripeLocks,
+    cache: StripeCache,
+}
+
+/// A person-readable reason for leaving a device out.
+fn exclusion_text(why: &Exclusion) -> String {
+    match why {
+        Exclusion::Stale { events, newest_events } => format!("stale (events {events} < {newest_events})"),
+        Exclusion::NewerThanArray { events, newest_events } => {
+            format!("newer than the array (events {events} > {newest_events}): a stray spare or replacement")
+        }
+        Exclusion::ReportsNewestFailed { newest } => {
+            format!("its superblock records member {newest} as failed (split brain); use --force to override")
+        }
+        Exclusion::Duplicate { role, kept } => format!("another member (#{kept}) with more events claims role {role}"),
+        Exclusion::DeviceTooSmall { needed_bytes, device_size_bytes } => {
+            format!("device too small: {device_size_bytes} bytes, its superblock needs {needed_bytes} (truncated?)")
+        }
+        Exclusion::UnknownRole(r) => format!("role {r:#x} is not one md writes"),
+    }
+}
+
+pub(crate) fn now_seconds() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+impl Array {
+    /// Probes `devices`, decides as md would which of them form the array, and builds it.
+    /// Nothing is written: not even in writable mode, until the first write.
+    pub fn assemble(devices: Vec<Arc<dyn Member>>, opts: &ArrayOptions) -> Result<(Array, AssemblyReport), EngineError> {
+        let mut candidates = Vec::new();
+        let mut sb_offsets = Vec::new();
+        for dev in &devices {
+            let p = probe(dev.as_ref());
+            let Some((loc, sb)) = p.best().cloned() else {
+                let detail = if p.rejected.is_empty() {
+                    String::new()
+                } else {
+                    let why: Vec<String> =
+                        p.rejected.iter().map(|(v, off, e)| format!("{v} superblock at byte {off}: {e}")).collect();
+                    format!(" ({})", why.join("; "))
+                };
+                return Err(EngineError::NoSuperblock { device: dev.label().to_string(), detail });
+            };
+            sb_offsets.push(loc.offset_bytes);
+            candidates.push(Candidate { label: dev.label().to_string(), superblock: sb, device_size_bytes: dev.size_bytes() });
+        }
+        let assembly = assemble(&candidates, &opts.assemble);
+        let plan = match (&assembly.decision, assembly.plan) {
+            (Decision::Refuse { reason }, plan) => {
+                // Say which devices were left out and why: often that is the real cause.
+                let left_out: Vec<String> = plan
+                    .iter()
+                    .flat_map(|p| p.excluded.iter())
+                    .map(|(i, why)| format!("{}: {}", candidates[*i].label, exclusion_text(why)))
+                    .collect();
+                let detail = if left_out.is_empty() { String::new() } else { format!(" [left out: {}]", left_out.join("; ")) };
+                return Err(EngineError::Refused(format!("{reason}{detail}")));
+            }
+            (_, Some(plan)) => plan,
+            (_, None) => return Err(EngineError::Refused("no array found among the devices".into())),
+        };
+        let mut report = AssemblyReport { degraded_roles: plan.missing_roles.clone(), ..Default::default() };
+        for (idx, why) in &plan.excluded {
+            report.warnings.push(format!("{}: {}; its data is not used", candidates[*idx].label, exclusion_text(why)));
+        }
+        for c in &candidates {
+            if c.superblock.array_uuid() != plan.uuid {
+                report.warnings.push(format!("{}: belongs to another array ({}); left out", c.label, c.superblock.array_uuid()));
+            }
+        }
+        let newest = candidates[plan.newest].superblock.clone();
+        if newest.reshape_active() {
+            return Err(EngineError::Unsupported(
+                "a reshape is in progress; finish it in Linux md first (uraid does not yet read mid-reshape arrays)".into(),
+            ));
+        }
+        let shape = plan.shape;
+        let level = Level::from_md(shape.level.raw()).map_err(|e| EngineError::Unsupported(e.to_string()))?;
+        let raid_disks = shape.raid_disks as usize;
+        let member_sectors: Vec<u64> = match level {
+            Level::Linear | Level::Raid0 => (0..raid_disks)
+                .map(|role| {
+                    plan.members[role]
+                        .map(|i| candidates[i].superblock.member_data_size_sectors(candidates[i].device_size_bytes))
+                        .ok_or_else(|| EngineError::Refused(format!("{level} member for role {role} is missing")))
+                })
+                .collect::<Result<_, _>>()?,
+            _ => vec![shape.component_size_sectors; raid_disks],
+        };
+        let spec = ArraySpec { level, layout: shape.layout, chunk_sectors: shape.chunk_sectors, raid_disks, member_sectors };
+        let geometry = Geometry::new(&spec).map_err(|e| EngineError::Unsupported(e.to_string()))?;
+
+        // Devices the array keeps: in-sync members, recovering members and spares. Stale,
+        // faulty and foreign devices are never written.
+        let mut kept: Vec<Device> = Vec::new();
+        let mut push = |i: usize, state: DeviceState| {
+            kept.push(Device {
+                member: devices[i].clone(),
+                sb: candidates[i].superblock.clone(),
+                sb_offset: sb_offsets[i],
+                data_offset: candidates[i].superblock.data_offset_sectors() * SECTOR_BYTES,
+                state,
+            });
+        };
+        let rebuilding: Vec<(usize, u64)> = plan.rebuilding.iter().map(|r| (r.member, r.recovered_sectors)).collect();
+        for (role, m) in plan.members.iter().enumerate() {
+            if let Some(i) = m {
+                match rebuilding.iter().find(|(member, _)| member == i) {
+                    Some((_, done)) => push(*i, DeviceState::Recovering { role, done: *done }),
+                    None => push(*i, DeviceState::InSync(role)),
+                }
+            }
+        }
+        for r in &plan.rebuilding {
+            if !plan.members.contains(&Some(r.member)) {
+                push(r.member, DeviceState::Recovering { role: r.role as usize, done: r.recovered_sectors });
+                report.warnings.push(format!("{}: partly rebuilt; reads of its role use the other members", candidates[r.member].label));
+            }
+        }
+        for &i in &plan.spares {
+            push(i, DeviceState::Spare);
+        }
+        let clean = newest.is_clean();
+        let resync_from = match &newest {
+            Superblock::V1(sb) => sb.resync_offset_sectors,
+            Superblock::V090(sb) => if sb.is_clean() { MAX_SECTOR } else { 0 },
+        };
+        report.needs_resync = !clean && level.has_redundancy();
+        for role in 0..raid_disks {
+            let served = kept.iter().any(|d| d.state == DeviceState::InSync(role));
+            if !served && !report.degraded_roles.contains(&(role as u32)) {
+                report.degraded_roles.push(role as u32);
+            }
+        }
+        let cache = StripeCache::new(opts.stripe_cache_pages, raid_disks);
+        let name = match &newest {
+            Superblock::V1(sb) => {
+                let end = sb.set_name.iter().position(|&b| b == 0).unwrap_or(sb.set_name.len());
+                String::from_utf8_lossy(&sb.set_name[..end]).into_owned()
+            }
+            Superblock::V090(_) => plan.uuid.to_string(),
+        };
+        let array = Array {
+            size_bytes: geometry.array_sectors() * SECTOR_BYTES,
+            geometry,
+            level,
+            uuid: plan.uuid,
+            name,
+            layout: shape.layout,
+            writable: opts.writable,
+            io: RwLock::new(IoMap::default()),
+            meta: Mutex::new(Meta { devices: kept, events: plan.events, failed: None }),
+            dirty: AtomicBool::new(false),
+            resync_pos: AtomicU64::new(if level.has_redundancy() { resync_from.min(MAX_SECTOR) } else { MAX_SECTOR }),
+            write_gate: RwLock::new(()),
+            locks: StripeLocks::default(),
+            cache,
+        };
+        array.rebuild_io_map(&array.lock_meta());
+        Ok((array, report))
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+    pub fn uuid(&self) -> MdUuid {
+        self.uuid
+    }
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn level(&self) -> Level {
+        self.level
+    }
+    pub fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+    pub fn events(&self) -> u64 {
+        self.lock_meta().events
+    }
+    pub fn is_writable(&self) -> bool {
+        self.writable
+    }
+    /// Member sectors below which redundancy is in sync (MAX_SECTOR: all).
+    pub fn resync_position(&self) -> u64 {
+        self.resync_pos.load(Ordering::Acquire)
+    }
+    pub fn devices(&self) -> Vec<DeviceInfo> {
+        self.lock_meta()
+            .devices
+            .iter()
+            .map(|d| DeviceInfo { label: d.member.label().to_string(), state: d.state, dev_number: d.sb.dev_number() })
+            .collect()
+    }
+    /// Roles with no in-sync member.
+    pub fn missing_roles(&self) -> Vec<usize> {
+        let io = self.io_map();
+        (0..io.read.len()).filter(|r| io.read[*r].is_none()).collect()
+    }
+    pub fn failure(&self) -> Option<String> {
+        self.lock_meta().failed.clone()
+    }
+
+    fn lock_meta(&self) -> MutexGuard<'_, Meta> {
+        self.meta.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn io_map(&self) -> IoMap {
+        self.io.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn rebuild_io_map(&self, meta: &Meta) {
+        let n = self.geometry.raid_disks();
+        let mut map = IoMap { read: vec![None; n], write: vec![None; n] };
+        for (i, d) in meta.devices.iter().enumerate() {
+            let rm = RoleMember { member: d.member.clone(), data_offset: d.data_offset, device: i };
+            match d.state {
+                DeviceState::InSync(role) if role < n => {
+                    map.read[role] = Some(rm.clone());
+                    map.write[role] = Some(rm);
+                }
+                DeviceState::Recovering { role, .. } if role < n => map.write[role] = Some(rm),
+                _ => {}
+            }
+        }
+        *self.io.write().unwrap_or_else(|e| e.into_inner()) = map;
+    }
+
+    // ---------------------------------------------------------------- superblock state
+
+    /// Writes every kept device's superblock with the current state, events bumped once, then
+    /// flushes them. A device that cannot be written is failed (and the round repeated).
+    fn persist(&self, meta: &mut Meta, resync_offset: u64) {
+        for _ in 0..meta.devices.len() + 1 {
+            meta.events += 1;
+            let events = meta.events;
+            let now = now_seconds();
+            let mut newly_failed = Vec::new();
+            for (i, d) in meta.devices.iter_mut().enumerate() {
+                if d.state == DeviceState::Faulty {
+                    continue;
+                }
+                d.sb.set_array_state(events, resync_offset, now);
+                let bytes = superblock_bytes(&d.sb);
+                if d.member.write_at(&bytes, d.sb_offset).and_then(|_| d.member.flush()).is_err() {
+                    newly_failed.push(i);
+                }
+            }
+            if newly_failed.is_empty() {
+                return;
+            }
+            for i in newly_failed {
+                self.mark_faulty_locked(meta, i);
+            }
+        }
+    }
+
+    /// Before the first write after a clean state: superblocks say "active" (md's
+    /// resync_offset 0), durable before any data is written, so a crash leads to a resync.
+    fn ensure_dirty(&self) -> Result<(), EngineError> {
+        if !self.writable {
+            return Err(EngineError::ReadOnly);
+        }
+        if self.dirty.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut meta = self.lock_meta();
+        if let Some(why) = &meta.failed {
+            return Err(EngineError::Failed(why.clone()));
+        }
+        if !self.dirty.load(Ordering::Acquire) {
+            self.persist(&mut meta, 0);
+            self.dirty.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Flushes every member, then (if writes happened) records the array clean. Waits for
+    /// writes in flight. md does this after a short idle period and at stop.
+    pub fn mark_clean(&self) -> Result<(), EngineError> {
+        let _gate = self.write_gate.write().unwrap_or_else(|e| e.into_inner());
+        self.flush()?;
+        if !self.dirty.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut meta = self.lock_meta();
+        let resync = self.resync_pos.load(Ordering::Acquire);
+        self.persist(&mut meta, resync);
+        self.dirty.store(false, Ordering::Release);
+        Ok(())
+    }
+
+    /// Makes every acknowledged write durable on every member.
+    pub fn flush(&self) -> Result<(), EngineError> {
+        let io = self.io_map();
+        let mut failed = Vec::new();
+        for rm in io.write.iter().flatten() {
+            if rm.member.flush().is_err() {
+                failed.push(rm.device);
+            }
+        }
+        for dev in failed {
+            self.fail_device(dev, "flush failed");
+        }
+        self.check_alive()
+    }
+
+    /// Stops using the array: flush, mark clean.
+    pub fn close(&self) -> Result<(), EngineError> {
+        if self.writable {
+            self.mark_clean()
+        } else {
+            Ok(())
+        }
+    }
+
+    fn check_alive(&self) -> Result<(), EngineError> {
+        match &self.lock_meta().failed {
+            Some(why) => Err(EngineError::Failed(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    // ---------------------------------------------------------------- failures
+
+    /// Fails device `device` (an index into the kept devices): it is recorded faulty in the
+    /// other members' superblocks and no longer used. A hot spare, if any, is assigned the
+    /// role (the caller's recovery job rebuilds it).
+    pub(crate) fn fail_device(&self, device: usize, why: &str) {
+        let mut meta = self.lock_meta();
+        if meta.devices.get(device).is_none_or(|d| d.state == DeviceState::Faulty) {
+            return;
+        }
+        let _ = why;
+        self.mark_faulty_locked(&mut meta, device);
+        if self.writable {
+            let resync = if self.dirty.load(Ordering::Acquire) { 0 } else { self.resync_pos.load(Ordering::Acquire) };
+            self.persist(&mut meta, resync);
+        }
+    }
+
+    fn mark_faulty_locked(&self, meta: &mut Meta, device: usize) {
+        let role = match meta.devices[device].state {
+            DeviceState::InSync(r) | DeviceState::Recovering { role: r, .. } => Some(r),
+            _ => None,
+        };
+        meta.devices[device].state = DeviceState::Faulty;
+        let dev_number = meta.devices[device].sb.dev_number();
+        for d in meta.devices.iter_mut() {
+            d.sb.set_device_role(dev_number, DeviceRole::Faulty);
+        }
+        // Take a spare for the role, as md does with a hot spare.
+        if let Some(role) = role {
+            if let Some(sp) = meta.devices.iter().position(|d| d.state == DeviceState::Spare) {
+                meta.devices[sp].state = DeviceState::Recovering { role, done: 0 };
+                let n = meta.devices[sp].sb.dev_number();
+                for d in meta.devices.iter_mut() {
+                    d.sb.set_device_role(n, DeviceRole::Active(role as u32));
+                }
+                meta.devices[sp].sb.set_recovery_offset(Some(0));
+            }
+        }
+        if !self.can_serve(meta) {
+            meta.failed.get_or_insert_with(|| format!("too many members failed for {}", self.level));
+        }
+        self.rebuild_io_map(meta);
+    }
+
+    fn can_serve(&self, meta: &Meta) -> bool {
+        let n = self.geometry.raid_disks();
+        let mut present = vec![false; n];
+        for d in &meta.devices {
+            if let DeviceState::InSync(r) = d.state {
+                if r < n {
+                    present[r] = true;
+                }
+            }
+        }
+        let missing = present.iter().filter(|p| !**p).count();
+        match self.level {
+            Level::Linear | Level::Raid0 => missing == 0,
+            Level::Raid1 => missing < n,
+            Level::Raid4 | Level::Raid5 => missing <= 1,
+            Level::Raid6 => missing <= 2,
+            Level::Raid10 => match &self.geometry {
+                Geometry::Raid10(_) => uraid_core::assemble::raid10_has_all_data(n as u32, self.layout, &present),
+                _ => false,
+            },
+        }
+    }
+
+    /// Fails the member serving `role` (as `mdadm --fail`).
+    pub fn fail_role(&self, role: usize) -> Result<(), EngineError> {
+        let dev = self.io_map().write.get(role).cloned().flatten().map(|rm| rm.device);
+        match dev {
+            Some(d) => {
+                self.fail_device(d, "failed by request");
+                Ok(())
+            }
+            None => Err(EngineError::Invalid(format!("role {role} has no member to fail"))),
+        }
+    }
+
+    // ---------------------------------------------------------------- reads
+
+    /// Reads `buf.len()` bytes at array byte `offset` (any alignment).
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+        self.check_range(offset, buf.len())?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        self.with_sector_span(offset, buf.len(), |first_sector, aligned| self.read_sectors(first_sector, aligned, false), buf)
+    }
+
+    fn check_range(&self, offset: u64, len: usize) -> Result<(), EngineError> {
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= self.size_bytes => Ok(()),
+            _ => Err(EngineError::OutOfRange { offset, len, size: self.size_bytes }),
+        }
+    }
+
+    /// Runs `f` over the whole sectors covering `offset..offset+len`, using `buf` directly
+    /// when it is sector-aligned and a scratch buffer otherwise.
+    fn with_sector_span(
+        &self,
+        offset: u64,
+        len: usize,
+        f: impl FnOnce(u64, &mut [u8]) -> Result<(), EngineError>,
+        buf: &mut [u8],
+    ) -> Result<(), EngineError> {
+        let first = offset / SECTOR_BYTES;
+        let end = (offset + len as u64).div_ceil(SECTOR_BYTES);
+        let lead = (offset - first * SECTOR_BYTES) as usize;
+        if lead == 0 && len % SECTOR_BYTES as usize == 0 {
+            return f(first, buf);
+        }
+        let mut scratch = vec![0u8; ((end - first) * SECTOR_BYTES) as usize];
+        f(first, &mut scratch)?;
+        buf.copy_from_slice(&scratch[lead..lead + len]);
+        Ok(())
+    }
+
+    /// Reads whole sectors. `locks_held`: the caller already holds the stripe locks of the
+    /// span (a write merging partial sectors, a job), so degraded reads must not take them.
+    pub(crate) fn read_sectors(&self, first_sector: u64, out: &mut [u8], locks_held: bool) -> Result<(), EngineError> {
+        let sectors = out.len() as u64 / SECTOR_BYTES;
+        let pieces = self
+            .geometry
+            .split(first_sector, sectors)
+            .map_err(|e| EngineError::Unreadable { offset: first_sector * SECTOR_BYTES, detail: e.to_string() })?;
+        let mut at = 0usize;
+        for piece in pieces {
+            let len = (piece.sectors * SECTOR_BYTES) as usize;
+            let part = &mut out[at..at + len];
+            match &piece.placement {
+                Placement::Striped(loc) => self.read_striped(loc, part, locks_held)?,
+                other => self.read_simple(other, piece.array_sector, part)?,
+            }
+            at += len;
+        }
+        Ok(())
+    }
+
+    /// Reads one member range; on failure the member is failed and the error returned.
+    pub(crate) fn read_member(&self, io: &IoMap, ms: MemberSector, out: &mut [u8]) -> Result<(), String> {
+        match io.read.get(ms.role).and_then(|r| r.as_ref()) {
+            None => Err(format!("role {} is missing", ms.role)),
+            Some(r) => match r.member.read_at(out, r.data_offset + ms.sector * SECTOR_BYTES) {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    let msg = format!("{}: {e}", r.member.label());
+                    if self.writable {
+                        self.fail_device(r.device, &msg);
+                    }
+                    Err(msg)
+                }
+            },
+        }
+    }
+
+    fn read_simple(&self, placement: &Placement, array_sector: u64, out: &mut [u8]) -> Result<(), EngineError> {
+        let lost = |detail: String| EngineError::Unreadable { offset: array_sector * SECTOR_BYTES, detail };
+        let io = self.io_map();
+        match placement {
+            Placement::Single(ms) => self.read_member(&io, *ms, out).map_err(lost),
+            Placement::Mirrored(copies) => {
+                let mut errors = Vec::new();
+                for ms in copies {
+                    match self.read_member(&io, *ms, out) {
+                        Ok(()) => return Ok(()),
+                        Err(e) => errors.push(e),
+                    }
+                }
+                Err(lost(format!("no copy readable: {}", errors.join("; "))))
+            }
+            Placement::Striped(_) => unreachable!("striped pieces are read by read_striped"),
+        }
+    }
+
+    // ---------------------------------------------------------------- writes
+
+    /// Writes `data` at array byte `offset`. Sub-sector edges are read, merged and written
+    /// back under the same stripe locks.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), EngineError> {
+        self.check_range(offset, data.len())?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.ensure_dirty()?;
+        let _gate = self.write_gate.read().unwrap_or_else(|e| e.into_inner());
+        self.check_alive()?;
+        let first = offset / SECTOR_BYTES;
+        let end = (offset + data.len() as u64).div_ceil(SECTOR_BYTES);
+        let lead = (offset - first * SECTOR_BYTES) as usize;
+        if lead == 0 && data.len() % SECTOR_BYTES as usize == 0 {
+            return self.write_sectors(first, data);
+        }
+        // Partial sectors: lock the span, read-merge-write.
+        let (lo, hi) = self.lock_span(first, end - first);
+        let _g = self.locks.lock(lo, hi);
+        let mut merged = vec![0u8; ((end - first) * SECTOR_BYTES) as usize];
+        self.read_sectors(first, &mut merged, true)?;
+        merged[lead..lead + data.len()].copy_from_slice(data);
+        self.write_sectors_locked(first, &merged)
+    }
+
+    /// Zeroes a byte range (TRIM / WRITE_ZEROES): md has no discard of its own for parity
+    /// levels that keeps parity right, so zeros are written.
+    pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), EngineError> {
+        let chunk = 1u64 << 20;
+        let zeros = vec![0u8; chunk.min(len) as usize];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(chunk) as usize;
+            self.write(offset + done, &zeros[..n])?;
+            done += n as u64;
+        }
+        Ok(())
+    }
+
+    /// Lock keys covering array sectors `first..first+sectors`.
+    fn lock_span(&self, first: u64, sectors: u64) -> (u64, u64) {
+        let unit = self.lock_unit_sectors();
+        (first / unit, (first + sectors.max(1) - 1) / unit)
+    }
+
+    fn lock_unit_sectors(&self) -> u64 {
+        match self.geometry.as_parity() {
+            Some(p) => p.stripe_data_sectors(),
+            None => 2048,
+        }
+    }
+
+    fn write_sectors(&self, first: u64, data: &[u8]) -> Result<(), EngineError> {
+        let (lo, hi) = self.lock_span(first, data.len() as u64 / SECTOR_BYTES);
+        // Lock stripe by stripe for long writes so other requests interleave.
+        if hi - lo > 8 {
+            let unit = self.lock_unit_sectors();
+            let mut at = 0usize;
+            let mut sector = first;
+            while at < data.len() {
+                let next_boundary = (sector / unit + 1) * unit;
+                let n = (((next_boundary - sector) * SECTOR_BYTES) as usize).min(data.len() - at);
+                let _g = self.locks.lock(sector / unit, sector / unit);
+                self.write_sectors_locked(sector, &data[at..at + n])?;
+                at += n;
+                sector += n as u64 / SECTOR_BYTES;
+            }
+            return Ok(());
+        }
+        let _g = self.locks.lock(lo, hi);
+        self.write_sectors_locked(first, data)
+    }
+
+    /// Writes whole sectors; the caller holds the stripe locks of the span.
+    fn write_sectors_locked(&self, first_sector: u64, data: &[u8]) -> Result<(), EngineError> {
+        let sectors = data.len() as u64 / SECTOR_BYTES;
+        let pieces = self.geometry.split(first_sector, sectors).map_err(|e| EngineError::Invalid(e.to_string()))?;
+        if self.geometry.as_parity().is_some() {
+            return self.write_striped(first_sector, &pieces, data);
+        }
+        let mut at = 0usize;
+        for piece in pieces {
+            let len = (piece.sectors * SECTOR_BYTES) as usize;
+            let part = &data[at..at + len];
+            let targets: Vec<MemberSector> = match &piece.placement {
+                Placement::Single(ms) => vec![*ms],
+                Placement::Mirrored(c) => c.clone(),
+                Placement::Striped(_) => unreachable!(),
+            };
+            self.write_copies(&targets, part, piece.array_sector)?;
+            at += len;
+        }
+        Ok(())
+    }
+
+    /// Writes the same bytes to every listed member that is present; fails members whose
+    /// write fails; succeeds while at least one copy was written.
+    fn write_copies(&self, targets: &[MemberSector], data: &[u8], array_sector: u64) -> Result<(), EngineError> {
+        let io = self.io_map();
+        let ops: Vec<(usize, Box<dyn FnOnce() -> (usize, std::io::Result<()>) + Send + '_>)> = targets
+            .iter()
+            .filter_map(|ms| io.write.get(ms.role).cloned().flatten().map(|rm| (rm, ms.sector)))
+            .map(|(rm, sector)| {
+                let f: Box<dyn FnOnce() -> (usize, std::io::Result<()>) + Send> =
+                    Box::new(move || (rm.device, rm.member.write_at(data, rm.data_offset + sector * SECTOR_BYTES)));
+                (data.len(), f)
+            })
+            .collect();
+        if ops.is_empty() {
+            return Err(EngineError::Failed(format!("no member holds array sector {array_sector}")));
+        }
+        let mut written = 0;
+        for (device, result) in crate::parallel::run_all(ops) {
+            match result {
+                Ok(()) => written += 1,
+                Err(e) => self.fail_device(device, &e.to_string()),
+            }
+        }
+        self.check_alive()?;
+        if written == 0 {
+            return Err(EngineError::Failed(format!("every copy of array sector {array_sector} failed to write")));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Array {
+    fn drop(&mut self) {
+        // Best effort: a dropped writable array is closed cleanly if it can be.
+        let _ = self.close();
+    }
+}
+
+/// The bytes of a superblock as written on disk (whole sectors).
+pub(crate) fn superblock_bytes(sb: &Superblock) -> Vec<u8> {
+    let mut bytes = sb.encode();
+    let padded = bytes.len().div_ceil(SECTOR_BYTES as usize) * SECTOR_BYTES as usize;
+    bytes.resize(padded, 0xff);
+    bytes
+}
+
+trait LevelExt {
+    fn has_redundancy(&self) -> bool;
+}
+
+impl LevelExt for Level {
+    fn has_redundancy(&self) -> bool {
+        !matches!(self, Level::Linear | Level::Raid0)
+    }
+}

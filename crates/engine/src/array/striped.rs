@@ -1,0 +1,424 @@
+//! RAID4/5/6 stripes: degraded reads by reconstruction, and writes that keep parity right.
+//!
+//! A write is cut into *segments*: the part of one stripe it touches, as a member-sector
+//! range `lo..hi` (the same on every member) and the data blocks written inside it. Each
+//! segment takes one of three paths, chosen as md chooses:
+//! - read-modify-write: read the old contents of the written ranges and old P/Q, fold the
+//!   change in (`update_pq` for Q, which needs md's Q slot of each block);
+//! - reconstruct-write: read the unwritten data blocks and compute P/Q afresh;
+//!   whichever reads fewer bytes, both only on a healthy stripe whose parity is known in
+//!   sync (a stripe not yet resynced always reconstructs, so bad parity is never folded);
+//! - full reconstruction: on a degraded stripe, read every present member, rebuild what is
+//!   missing, overlay the new data, compute P/Q, write every present member.
+//! All reads happen before any write, so a member failing during the reads only restarts
+//! the segment on the degraded path; a member failing during the writes is failed and the
+//! others still receive a consistent stripe.
+
+use super::{Array, EngineError, IoMap};
+use uraid_core::geometry::{Location, MemberSector, Piece, Placement, StripeRoles, SECTOR_BYTES};
+use uraid_parity::Block;
+
+/// One data block's new bytes inside a segment.
+struct BlockWrite<'a> {
+    data_index: usize,
+    /// First member sector written.
+    sector: u64,
+    bytes: &'a [u8],
+}
+
+/// Why a segment attempt stopped.
+enum SegmentError {
+    /// A member failed while reading; nothing was written. Try again on the degraded path.
+    Retry,
+    Fatal(EngineError),
+}
+
+impl From<EngineError> for SegmentError {
+    fn from(e: EngineError) -> Self {
+        SegmentError::Fatal(e)
+    }
+}
+
+/// A stripe's blocks over `lo..hi`, laid out for the parity crate.
+pub(super) struct StripeBuffers {
+    pub data: Vec<Vec<u8>>,
+    pub p: Vec<u8>,
+    pub q: Option<Vec<u8>>,
+}
+
+/// P (and Q, in md's slot order) of `data` for the stripe described by `roles`.
+pub(super) fn compute_parity(roles: &StripeRoles, data: &[Vec<u8>], p: &mut [u8], q: Option<&mut [u8]>) {
+    let result = match q {
+        None => {
+            let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+            uraid_parity::gen_p(&refs, p)
+        }
+        Some(q) => {
+            let zero = vec![0u8; p.len()];
+            let refs: Vec<&[u8]> = roles
+                .syndrome_sources()
+                .iter()
+                .map(|src| src.map_or(zero.as_slice(), |i| data[i].as_slice()))
+                .collect();
+            uraid_parity::gen_pq(&refs, p, q)
+        }
+    };
+    // Shapes are built here from one stripe; a mismatch is a bug, not bad input.
+    debug_assert!(result.is_ok(), "{result:?}");
+}
+
+/// Rebuilds the data blocks listed in `missing` (and P/Q when `p_missing`/`q_missing`)
+/// from the rest of `bufs`. Returns false when too much is missing.
+pub(super) fn rebuild(roles: &StripeRoles, bufs: &mut StripeBuffers, missing: &[usize], p_missing: bool, q_missing: bool) -> bool {
+    let lost_count = missing.len() + p_missing as usize + q_missing as usize;
+    if lost_count == 0 {
+        return true;
+    }
+    match &mut bufs.q {
+        None => {
+            if lost_count > 1 {
+                return false;
+            }
+            if let [x] = missing {
+                let mut refs: Vec<&mut [u8]> = bufs.data.iter_mut().map(|d| d.as_mut_slice()).collect();
+                return uraid_parity::recover_from_p(&mut refs, *x, &bufs.p).is_ok();
+            }
+            compute_parity(roles, &bufs.data, &mut bufs.p, None);
+            true
+        }
+        Some(q) => {
+            if lost_count > 2 {
+                return false;
+            }
+            let sources = roles.syndrome_sources();
+            let len = bufs.p.len();
+            let mut slots: Vec<Vec<u8>> = sources
+                .iter()
+                .map(|src| src.map_or_else(|| vec![0u8; len], |i| std::mem::take(&mut bufs.data[i])))
+                .collect();
+            let mut lost: Vec<Block> =
+                missing.iter().map(|&i| Block::Data(roles.q_exponents[i] as usize)).collect();
+            if p_missing {
+                lost.push(Block::P);
+            }
+            if q_missing {
+                lost.push(Block::Q);
+            }
+            let ok = {
+                let mut refs: Vec<&mut [u8]> = slots.iter_mut().map(|d| d.as_mut_slice()).collect();
+                uraid_parity::recover_raid6(&mut refs, &mut bufs.p, q, &lost).is_ok()
+            };
+            for (slot, src) in sources.iter().enumerate() {
+                if let Some(i) = src {
+                    bufs.data[*i] = std::mem::take(&mut slots[slot]);
+                }
+            }
+            ok
+        }
+    }
+}
+
+impl Array {
+    /// Reads one data run of a parity array; a missing or failing member's data is
+    /// reconstructed from the rest of its stripe.
+    pub(super) fn read_striped(&self, loc: &Location, out: &mut [u8], locks_held: bool) -> Result<(), EngineError> {
+        let io = self.io_map();
+        let direct = MemberSector { role: loc.role, sector: loc.member_sector };
+        let first_error = match self.read_member(&io, direct, out) {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        let _guard = (!locks_held).then(|| self.locks.lock(loc.stripe, loc.stripe));
+        // Each failed read fails a member; retry until the stripe is read or unrecoverable.
+        for _ in 0..=self.geometry.raid_disks() {
+            let io = self.io_map();
+            if let Some(rm) = io.read.get(loc.role).and_then(|r| r.as_ref()) {
+                // The member came back under us (not possible today) or a retry raced.
+                if rm.member.read_at(out, rm.data_offset + loc.member_sector * SECTOR_BYTES).is_ok() {
+                    return Ok(());
+                }
+            }
+            let sectors = out.len() as u64 / SECTOR_BYTES;
+            match self.read_stripe_buffers(&io, loc.stripe, loc.member_sector, loc.member_sector + sectors) {
+                Ok((mut bufs, missing, p_missing, q_missing)) => {
+                    let roles = self.parity().stripe_roles(loc.stripe);
+                    if !rebuild(&roles, &mut bufs, &missing, p_missing, q_missing) {
+                        return Err(EngineError::Unreadable {
+                            offset: 0,
+                            detail: format!("{first_error}; stripe {} has too many blocks missing", loc.stripe),
+                        });
+                    }
+                    out.copy_from_slice(&bufs.data[loc.data_index]);
+                    return Ok(());
+                }
+                Err(SegmentError::Retry) => continue,
+                Err(SegmentError::Fatal(e)) => return Err(e),
+            }
+        }
+        Err(EngineError::Unreadable { offset: 0, detail: first_error })
+    }
+
+    fn parity(&self) -> &uraid_core::geometry::ParityGeometry {
+        self.geometry.as_parity().expect("striped paths run on parity geometries only")
+    }
+
+    /// [`Self::read_stripe_buffers`] for the jobs: `None` when a member failed mid-read.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn read_stripe_buffers_pub(
+        &self,
+        io: &IoMap,
+        stripe: u64,
+        lo: u64,
+        hi: u64,
+    ) -> Option<(StripeBuffers, Vec<usize>, bool, bool)> {
+        self.read_stripe_buffers(io, stripe, lo, hi).ok()
+    }
+
+    /// Reads every present block of `stripe` over member sectors `lo..hi`. Returns the
+    /// buffers (missing ones zeroed) and what is missing.
+    #[allow(clippy::type_complexity)]
+    fn read_stripe_buffers(
+        &self,
+        io: &IoMap,
+        stripe: u64,
+        lo: u64,
+        hi: u64,
+    ) -> Result<(StripeBuffers, Vec<usize>, bool, bool), SegmentError> {
+        let roles = self.parity().stripe_roles(stripe);
+        let h = ((hi - lo) * SECTOR_BYTES) as usize;
+        let mut all_roles: Vec<usize> = roles.data.clone();
+        all_roles.push(roles.p);
+        all_roles.extend(roles.q);
+        let results = crate::parallel::run_all(
+            all_roles
+                .iter()
+                .map(|&role| {
+                    let f: Box<dyn FnOnce() -> Option<Result<Vec<u8>, String>> + Send> = Box::new(move || {
+                        io.read[role].as_ref()?;
+                        let mut b = vec![0u8; h];
+                        Some(self.read_member(io, MemberSector { role, sector: lo }, &mut b).map(|_| b))
+                    });
+                    (h, f)
+                })
+                .collect(),
+        );
+        let mut blocks = Vec::with_capacity(results.len());
+        let mut missing_roles = Vec::new();
+        for (role, r) in all_roles.iter().zip(results) {
+            match r {
+                Some(Ok(b)) => blocks.push(b),
+                Some(Err(_)) => return Err(SegmentError::Retry),
+                None => {
+                    missing_roles.push(*role);
+                    blocks.push(vec![0u8; h]);
+                }
+            }
+        }
+        let q = roles.q.map(|_| blocks.pop().unwrap_or_default());
+        let p = blocks.pop().unwrap_or_default();
+        let missing: Vec<usize> = (0..roles.data.len()).filter(|i| missing_roles.contains(&roles.data[*i])).collect();
+        let p_missing = missing_roles.contains(&roles.p);
+        let q_missing = roles.q.is_some_and(|q| missing_roles.contains(&q));
+        Ok((StripeBuffers { data: blocks, p, q }, missing, p_missing, q_missing))
+    }
+
+    /// Writes `data` (whole sectors starting at array sector `first`, already split into
+    /// `pieces`); the caller holds the stripe locks.
+    pub(super) fn write_striped(&self, first: u64, pieces: &[Piece], data: &[u8]) -> Result<(), EngineError> {
+        let _ = first;
+        let mut at = 0usize;
+        let mut i = 0;
+        while i < pieces.len() {
+            let Placement::Striped(loc0) = &pieces[i].placement else { unreachable!("parity geometry") };
+            let stripe = loc0.stripe;
+            let mut writes = Vec::new();
+            let (mut lo, mut hi) = (u64::MAX, 0u64);
+            while i < pieces.len() {
+                let Placement::Striped(loc) = &pieces[i].placement else { unreachable!() };
+                if loc.stripe != stripe {
+                    break;
+                }
+                let len = (pieces[i].sectors * SECTOR_BYTES) as usize;
+                writes.push(BlockWrite { data_index: loc.data_index, sector: loc.member_sector, bytes: &data[at..at + len] });
+                lo = lo.min(loc.member_sector);
+                hi = hi.max(loc.member_sector + pieces[i].sectors);
+                at += len;
+                i += 1;
+            }
+            self.write_segment(stripe, lo, hi, &writes)?;
+        }
+        Ok(())
+    }
+
+    fn write_segment(&self, stripe: u64, lo: u64, hi: u64, writes: &[BlockWrite]) -> Result<(), EngineError> {
+        let parity = self.parity();
+        let roles = parity.stripe_roles(stripe);
+        let h = ((hi - lo) * SECTOR_BYTES) as usize;
+        let _room = self.cache.reserve(((roles.data.len() + 2) * h) as u64);
+        let stripe_end = (stripe + 1) * parity.chunk_sectors();
+        for _ in 0..=self.geometry.raid_disks() {
+            self.check_alive()?;
+            let io = self.io_map();
+            let healthy = roles.data.iter().chain([&roles.p]).chain(roles.q.iter()).all(|r| io.read[*r].is_some());
+            let in_sync = stripe_end <= self.resync_position();
+            let result = if healthy && in_sync {
+                let written: usize = writes.iter().map(|w| w.bytes.len()).sum();
+                let rcw_reads: usize = (0..roles.data.len())
+                    .filter(|i| !writes.iter().any(|w| w.data_index == *i && w.bytes.len() == h))
+                    .count()
+                    * h;
+                let rmw_reads = written + h * (1 + roles.q.is_some() as usize);
+                if rmw_reads < rcw_reads {
+                    self.segment_rmw(&io, &roles, lo, h, writes)
+                } else {
+                    self.segment_rcw(&io, &roles, lo, h, writes)
+                }
+            } else {
+                self.segment_reconstruct(&io, &roles, stripe, lo, hi, writes)
+            };
+            match result {
+                Ok(()) => return self.check_alive(),
+                Err(SegmentError::Retry) => continue,
+                Err(SegmentError::Fatal(e)) => return Err(e),
+            }
+        }
+        Err(EngineError::Failed(format!("stripe {stripe}: members kept failing")))
+    }
+
+    /// Reads one member range for a write path; a failure fails the member and asks for a retry.
+    fn read_for_write(&self, io: &IoMap, role: usize, sector: u64, out: &mut [u8]) -> Result<(), SegmentError> {
+        self.read_member(io, MemberSector { role, sector }, out).map_err(|_| SegmentError::Retry)
+    }
+
+    fn segment_rmw(&self, io: &IoMap, roles: &StripeRoles, lo: u64, h: usize, writes: &[BlockWrite]) -> Result<(), SegmentError> {
+        let mut p = vec![0u8; h];
+        self.read_for_write(io, roles.p, lo, &mut p)?;
+        let mut q = match roles.q {
+            Some(qr) => {
+                let mut q = vec![0u8; h];
+                self.read_for_write(io, qr, lo, &mut q)?;
+                Some(q)
+            }
+            None => None,
+        };
+        let mut deltas = Vec::with_capacity(writes.len());
+        for w in writes {
+            let mut old = vec![0u8; w.bytes.len()];
+            self.read_for_write(io, roles.data[w.data_index], w.sector, &mut old)?;
+            for (o, n) in old.iter_mut().zip(w.bytes) {
+                *o ^= n;
+            }
+            deltas.push(old);
+        }
+        for (w, delta) in writes.iter().zip(&deltas) {
+            let off = ((w.sector - lo) * SECTOR_BYTES) as usize;
+            let range = off..off + delta.len();
+            match q.as_mut() {
+                None => {
+                    for (pb, d) in p[range].iter_mut().zip(delta) {
+                        *pb ^= d;
+                    }
+                }
+                Some(q) => {
+                    let slot = roles.q_exponents[w.data_index] as usize;
+                    let r = uraid_parity::update_pq(slot, &[delta.as_slice()], &mut p[range.clone()], &mut q[range]);
+                    debug_assert!(r.is_ok(), "{r:?}");
+                }
+            }
+        }
+        let mut out: Vec<(usize, u64, &[u8])> = writes.iter().map(|w| (roles.data[w.data_index], w.sector, w.bytes)).collect();
+        out.push((roles.p, lo, &p));
+        if let (Some(qr), Some(q)) = (roles.q, q.as_ref()) {
+            out.push((qr, lo, q));
+        }
+        self.write_members(io, &out);
+        Ok(())
+    }
+
+    fn segment_rcw(&self, io: &IoMap, roles: &StripeRoles, lo: u64, h: usize, writes: &[BlockWrite]) -> Result<(), SegmentError> {
+        let n = roles.data.len();
+        let mut data = vec![Vec::new(); n];
+        for (i, block) in data.iter_mut().enumerate() {
+            *block = vec![0u8; h];
+            let covered = writes.iter().any(|w| w.data_index == i && w.bytes.len() == h);
+            if !covered {
+                self.read_for_write(io, roles.data[i], lo, block)?;
+            }
+        }
+        self.finish_full_stripe(io, roles, lo, h, data, writes, &[], false, false);
+        Ok(())
+    }
+
+    fn segment_reconstruct(
+        &self,
+        io: &IoMap,
+        roles: &StripeRoles,
+        stripe: u64,
+        lo: u64,
+        hi: u64,
+        writes: &[BlockWrite],
+    ) -> Result<(), SegmentError> {
+        let h = ((hi - lo) * SECTOR_BYTES) as usize;
+        let (mut bufs, missing, p_missing, q_missing) = self.read_stripe_buffers(io, stripe, lo, hi)?;
+        // Blocks the write covers completely need no rebuilding; the rest must be rebuilt
+        // first, or the new parity would encode garbage for them.
+        let needs: Vec<usize> =
+            missing.iter().copied().filter(|i| !writes.iter().any(|w| w.data_index == *i && w.bytes.len() == h)).collect();
+        if !needs.is_empty() && !rebuild(roles, &mut bufs, &missing, p_missing, q_missing) {
+            return Err(SegmentError::Fatal(EngineError::Failed(format!(
+                "stripe {stripe}: too many members missing to keep data recoverable"
+            ))));
+        }
+        self.finish_full_stripe(io, roles, lo, h, bufs.data, writes, &missing, p_missing, q_missing);
+        Ok(())
+    }
+
+    /// With every data block of the segment in `data`: overlay the writes, compute parity,
+    /// write the written blocks, rebuilt-but-missing blocks' new state is implied, and P/Q.
+    #[allow(clippy::too_many_arguments)]
+    fn finish_full_stripe(
+        &self,
+        io: &IoMap,
+        roles: &StripeRoles,
+        lo: u64,
+        h: usize,
+        mut data: Vec<Vec<u8>>,
+        writes: &[BlockWrite],
+        _missing: &[usize],
+        _p_missing: bool,
+        _q_missing: bool,
+    ) {
+        for w in writes {
+            let off = ((w.sector - lo) * SECTOR_BYTES) as usize;
+            data[w.data_index][off..off + w.bytes.len()].copy_from_slice(w.bytes);
+        }
+        let mut p = vec![0u8; h];
+        let mut q = roles.q.map(|_| vec![0u8; h]);
+        compute_parity(roles, &data, &mut p, q.as_deref_mut());
+        let mut out: Vec<(usize, u64, &[u8])> = writes.iter().map(|w| (roles.data[w.data_index], w.sector, w.bytes)).collect();
+        out.push((roles.p, lo, &p));
+        if let (Some(qr), Some(q)) = (roles.q, q.as_ref()) {
+            out.push((qr, lo, q));
+        }
+        self.write_members(io, &out);
+    }
+
+    /// Writes each (role, member sector, bytes) to the role's write target, in parallel;
+    /// members whose write fails are failed. Missing roles are skipped.
+    pub(super) fn write_members(&self, io: &IoMap, out: &[(usize, u64, &[u8])]) {
+        let ops: Vec<(usize, Box<dyn FnOnce() -> (usize, std::io::Result<()>) + Send + '_>)> = out
+            .iter()
+            .filter_map(|(role, sector, bytes)| io.write[*role].clone().map(|rm| (rm, *sector, *bytes)))
+            .map(|(rm, sector, bytes)| {
+                let f: Box<dyn FnOnce() -> (usize, std::io::Result<()>) + Send> =
+                    Box::new(move || (rm.device, rm.member.write_at(bytes, rm.data_offset + sector * SECTOR_BYTES)));
+                (bytes.len(), f)
+            })
+            .collect();
+        for (device, result) in crate::parallel::run_all(ops) {
+            if let Err(e) = result {
+                self.fail_device(device, &e.to_string());
+            }
+        }
+    }
+}

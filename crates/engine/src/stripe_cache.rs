@@ -1,0 +1,50 @@
+//! The bound on stripe memory in flight, md's `stripe_cache_size`: a count of 4 KiB pages per
+//! member. Every stripe operation reserves the pages its buffers need before allocating them
+//! and waits while the cache is full, so memory stays bounded however many requests arrive.
+
+use std::sync::{Condvar, Mutex};
+
+pub const PAGE_BYTES: u64 = 4096;
+/// md's default `stripe_cache_size`.
+pub const DEFAULT_STRIPE_CACHE_PAGES: u64 = 256;
+
+pub struct StripeCache {
+    capacity_bytes: u64,
+    used: Mutex<u64>,
+    freed: Condvar,
+}
+
+pub struct Reservation<'a> {
+    cache: &'a StripeCache,
+    bytes: u64,
+}
+
+impl StripeCache {
+    /// `pages` 4 KiB pages per member, for `members` members.
+    pub fn new(pages: u64, members: usize) -> StripeCache {
+        StripeCache { capacity_bytes: pages.max(1) * PAGE_BYTES * members.max(1) as u64, used: Mutex::new(0), freed: Condvar::new() }
+    }
+
+    pub fn capacity_bytes(&self) -> u64 {
+        self.capacity_bytes
+    }
+
+    /// Waits for `bytes` of room. A single request larger than the whole cache is let in
+    /// alone (when nothing else is in flight), so it can never wait forever.
+    pub fn reserve(&self, bytes: u64) -> Reservation<'_> {
+        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        while *used > 0 && *used + bytes > self.capacity_bytes {
+            used = self.freed.wait(used).unwrap_or_else(|e| e.into_inner());
+        }
+        *used += bytes;
+        Reservation { cache: self, bytes }
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        let mut used = self.cache.used.lock().unwrap_or_else(|e| e.into_inner());
+        *used -= self.bytes;
+        self.cache.freed.notify_all();
+    }
+}

@@ -1,0 +1,116 @@
+//! Shared helpers: arrays created in memory with the real create planner.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use uraid_core::geometry::Level;
+use uraid_core::metadata::create::{plan_create, CreateRequest, InitialSync, NewDevice};
+use uraid_core::metadata::sb1::MdTime;
+use uraid_engine::create::write_plan;
+use uraid_engine::{Array, ArrayOptions, MemMember, Member};
+
+pub struct Shape {
+    pub level: Level,
+    pub disks: usize,
+    pub chunk_kib: u32,
+    pub layout: Option<u32>,
+    pub member_bytes: usize,
+    pub spares: usize,
+    pub sync: InitialSync,
+}
+
+impl Shape {
+    pub fn new(level: Level, disks: usize) -> Shape {
+        Shape { level, disks, chunk_kib: 64, layout: None, member_bytes: 4 << 20, spares: 0, sync: InitialSync::AssumeClean }
+    }
+    pub fn layout(mut self, l: u32) -> Shape {
+        self.layout = Some(l);
+        self
+    }
+    pub fn spares(mut self, n: usize) -> Shape {
+        self.spares = n;
+        self
+    }
+    pub fn sync(mut self, s: InitialSync) -> Shape {
+        self.sync = s;
+        self
+    }
+}
+
+pub struct Made {
+    pub members: Vec<Arc<MemMember>>,
+    pub spares: Vec<Arc<MemMember>>,
+}
+
+pub fn make(shape: &Shape) -> Made {
+    let members: Vec<Arc<MemMember>> =
+        (0..shape.disks).map(|i| Arc::new(MemMember::zeroed(format!("m{i}"), shape.member_bytes))).collect();
+    let spares: Vec<Arc<MemMember>> =
+        (0..shape.spares).map(|i| Arc::new(MemMember::zeroed(format!("s{i}"), shape.member_bytes))).collect();
+    let new = |i: usize| NewDevice { size_bytes: shape.member_bytes as u64, device_uuid: [i as u8 + 1; 16] };
+    let mut req = CreateRequest::new(
+        shape.level,
+        "test",
+        (0..shape.disks).map(|i| Some(new(i))).collect(),
+        [0x42; 16],
+        MdTime::from_parts(1_700_000_000, 0),
+    );
+    req.spares = (0..shape.spares).map(|i| new(100 + i)).collect();
+    req.layout = shape.layout;
+    if !matches!(shape.level, Level::Raid1) {
+        req.chunk_bytes = Some(shape.chunk_kib * 1024);
+    }
+    req.initial_sync = shape.sync;
+    let plan = plan_create(&req).expect("plan");
+    let m: Vec<Option<Arc<dyn Member>>> = members.iter().map(|m| Some(m.clone() as Arc<dyn Member>)).collect();
+    let s: Vec<Arc<dyn Member>> = spares.iter().map(|m| m.clone() as Arc<dyn Member>).collect();
+    write_plan(&plan, &m, &s).expect("write plan");
+    Made { members, spares }
+}
+
+pub fn open(devs: &[Arc<MemMember>], run: bool) -> Array {
+    let d: Vec<Arc<dyn Member>> = devs.iter().map(|m| m.clone() as Arc<dyn Member>).collect();
+    let mut opts = ArrayOptions { writable: true, ..Default::default() };
+    opts.assemble.run = run;
+    Array::assemble(d, &opts).map(|(a, _)| a).unwrap_or_else(|e| panic!("assemble: {e}"))
+}
+
+/// Tiny deterministic generator (no external crates in the engine's tests).
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+pub fn read_all(a: &Array) -> Vec<u8> {
+    let mut v = vec![0u8; a.size_bytes() as usize];
+    a.read(0, &mut v).expect("read all");
+    v
+}
+
+/// Random writes of mixed sizes (sub-sector, small, multi-stripe) checked against a model.
+pub fn random_writes(a: &Array, model: &mut [u8], rng: &mut Rng, count: usize) {
+    let size = model.len() as u64;
+    for _ in 0..count {
+        let len = match rng.below(4) {
+            0 => 1 + rng.below(700),
+            1 => 512 * (1 + rng.below(16)),
+            2 => 4096 * (1 + rng.below(64)),
+            _ => 1 + rng.below(300_000),
+        }
+        .min(size);
+        let off = rng.below(size - len + 1);
+        let data = rng.bytes(len as usize);
+        a.write(off, &data).unwrap_or_else(|e| panic!("write {len}@{off}: {e}"));
+        model[off as usize..(off + len) as usize].copy_from_slice(&data);
+    }
+}
