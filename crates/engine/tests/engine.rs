@@ -188,3 +188,37 @@ fn too_many_failures_stop_writes_with_an_error() {
     assert!(a.failure().is_some());
     assert!(a.write(0, &[1u8; 4096]).is_err());
 }
+
+#[test]
+fn a_device_added_to_a_degraded_array_is_rebuilt_and_a_too_small_one_is_refused() {
+    use std::sync::Arc;
+    use uraid_engine::{MemMember, Member};
+    for shape in [Shape::new(Level::Raid5, 4), Shape::new(Level::Raid6, 5), Shape::new(Level::Raid1, 2)] {
+        let made = make(&shape);
+        let a = open(&made.members, false);
+        let mut model = vec![0u8; a.size_bytes() as usize];
+        let mut rng = Rng(11);
+        random_writes(&a, &mut model, &mut rng, 20);
+        a.fail_role(0).unwrap();
+        let small: Arc<dyn Member> = Arc::new(MemMember::zeroed("small", 1 << 20));
+        let err = a.add_device(small.clone(), [9; 16]).unwrap_err().to_string();
+        assert!(err.contains("too small"), "{err}");
+        assert!(small.size_bytes() == 1 << 20);
+        let fresh = Arc::new(MemMember::zeroed("fresh", shape.member_bytes));
+        a.add_device(fresh.clone(), [8; 16]).unwrap();
+        assert_eq!(a.pending_job(), Some(JobKind::Recovery));
+        run_recovery(&a);
+        assert_eq!(check_clean(&a).mismatch_sectors, 0);
+        a.remove_device("m0").unwrap();
+        a.close().unwrap();
+        drop(a);
+        // The rebuilt device is a full member now: assemble without the failed one and lose
+        // another member too.
+        let mut devs: Vec<Arc<MemMember>> = made.members[1..].to_vec();
+        devs.push(fresh);
+        let again = open(&devs, false);
+        assert!(again.missing_roles().is_empty(), "{:?}", again.missing_roles());
+        again.fail_role(1).unwrap();
+        assert!(read_all(&again) == model, "{:?}", shape.level);
+    }
+}

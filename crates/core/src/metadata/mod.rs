@@ -15,6 +15,7 @@ pub mod create;
 pub mod sb090;
 pub mod sb1;
 mod update;
+pub mod add;
 
 use std::fmt;
 

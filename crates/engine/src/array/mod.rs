@@ -8,6 +8,7 @@
 //! recorded as faulty in every surviving member's role table.
 
 mod jobs;
+mod manage;
 mod striped;
 
 pub use jobs::{CheckReport, JobKind, JobProgress};
