@@ -1,6 +1,7 @@
 //! `uraid`: user-space software RAID, byte-compatible with Linux md, that measures itself.
 
 mod cmd;
+mod util;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -19,6 +20,10 @@ struct Cli {
 enum Command {
     /// Measure uraid: parity kernels against ISA-L and memcpy.
     Bench(cmd::bench::BenchArgs),
+    /// Create a new array (md superblocks, mdadm's defaults) and run its initial sync.
+    Create(cmd::create::CreateArgs),
+    /// Write stdin into an array at an offset (offline, one shot).
+    Write(cmd::write::WriteArgs),
     /// Show the md superblock of each device, like `mdadm --examine`.
     Examine(cmd::examine::ExamineArgs),
     /// Assemble read-only and write the array's contents (or a range) to stdout.
@@ -34,6 +39,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bench(args) => cmd::bench::run(args),
         Command::Examine(args) => cmd::examine::run(args),
+        Command::Create(args) => cmd::create::run(args),
+        Command::Write(args) => cmd::write::run(args),
         Command::Read(args) => cmd::read::run(args),
     };
     match result {

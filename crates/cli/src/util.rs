@@ -1,0 +1,118 @@
+//! Small helpers shared by the commands: sizes, devices, randomness, progress.
+
+use anyhow::{bail, Context, Result};
+use std::io::IsTerminal;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use uraid_engine::array::{JobKind, JobProgress};
+use uraid_engine::{Array, FileMember, Member};
+
+/// Parses "4096", "64K", "512k", "1M", "2G", "1T" (binary units).
+pub fn parse_size(s: &str) -> Result<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.chars().last() {
+        Some('k' | 'K') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('m' | 'M') => (&s[..s.len() - 1], 1 << 20),
+        Some('g' | 'G') => (&s[..s.len() - 1], 1 << 30),
+        Some('t' | 'T') => (&s[..s.len() - 1], 1 << 40),
+        _ => (s, 1),
+    };
+    let n: u64 = num.parse().with_context(|| format!("{s:?} is not a size (e.g. 4096, 64K, 512M, 2G)"))?;
+    n.checked_mul(mult).with_context(|| format!("{s} is too large"))
+}
+
+pub fn human_bytes(b: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < units.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
+}
+
+/// 16 random bytes from the OS (uuids).
+pub fn random_uuid() -> [u8; 16] {
+    let mut b = [0u8; 16];
+    let ok = std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b));
+    if ok.is_err() {
+        // No /dev/urandom: fall back on time and pid (uniqueness, not secrecy, is needed).
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        b[..8].copy_from_slice(&(t as u64).to_le_bytes());
+        b[8..12].copy_from_slice(&std::process::id().to_le_bytes());
+    }
+    b
+}
+
+/// Opens devices (files or block devices).
+pub fn open_members(paths: &[impl AsRef<Path>], writable: bool) -> Result<Vec<Arc<dyn Member>>> {
+    paths
+        .iter()
+        .map(|p| Ok(Arc::new(FileMember::open(p.as_ref(), writable)?) as Arc<dyn Member>))
+        .collect()
+}
+
+/// Shows progress of a long operation on a terminal, /proc/mdstat style; silent otherwise.
+pub struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    started: Instant,
+}
+
+impl Progress {
+    pub fn new(what: &str, total_sectors: u64, quiet: bool) -> Progress {
+        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+            let bar = indicatif::ProgressBar::new(total_sectors * 512);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{msg} [{bar:30}] {percent:>3}% ({bytes}/{total_bytes}) speed={bytes_per_sec} finish={eta}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            bar.set_message(what.to_string());
+            bar
+        });
+        Progress { bar, started: Instant::now() }
+    }
+    pub fn update(&self, p: &JobProgress) {
+        if let Some(b) = &self.bar {
+            b.set_position(p.done_sectors * 512);
+        }
+    }
+    pub fn finish(&self) -> Duration {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+        self.started.elapsed()
+    }
+}
+
+/// Runs the array's pending resync/recovery to completion (offline: nothing else runs).
+pub fn run_pending_jobs(array: &Array, quiet: bool) -> Result<()> {
+    array.start_recovery_if_possible();
+    while let Some(kind) = array.pending_job() {
+        let progress = Progress::new(kind.name(), array.sync_sectors(), quiet);
+        loop {
+            let p = match kind {
+                JobKind::Recovery => array.recovery_step(8 << 11)?,
+                JobKind::Resync => array.resync_step(8 << 11)?,
+                _ => bail!("unexpected job {kind:?}"),
+            };
+            progress.update(&p);
+            if p.finished() || array.pending_job() != Some(kind) {
+                break;
+            }
+        }
+        let took = progress.finish();
+        if !quiet {
+            eprintln!("uraid: {} finished in {:.1} s", kind.name(), took.as_secs_f64());
+        }
+    }
+    Ok(())
+}
