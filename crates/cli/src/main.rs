@@ -1,6 +1,8 @@
 //! `uraid`: user-space software RAID, byte-compatible with Linux md, that measures itself.
 
 mod cmd;
+mod control;
+mod serve;
 mod util;
 
 use clap::{Parser, Subcommand};
@@ -24,6 +26,26 @@ enum Command {
     Create(cmd::create::CreateArgs),
     /// Write stdin into an array at an offset (offline, one shot).
     Write(cmd::write::WriteArgs),
+    /// Assemble an array and hold it: background resync/recovery, control socket.
+    Serve(serve::ServeArgs),
+    /// Every served array, /proc/mdstat style.
+    Status(cmd::ctl::StatusArgs),
+    /// One served array in detail, like `mdadm --detail`.
+    Detail(cmd::ctl::NameArgs),
+    /// Mark a member faulty (like `mdadm --fail`).
+    Fail(cmd::ctl::DeviceArgs),
+    /// Remove a faulty or spare device (like `mdadm --remove`).
+    Remove(cmd::ctl::DeviceArgs),
+    /// Add a device as a spare; it is rebuilt at once if a member is missing.
+    Add(cmd::ctl::DeviceArgs),
+    /// Replace a member by a new device (rebuilt from the others).
+    Replace(cmd::ctl::ReplaceArgs),
+    /// Scrub: count mismatches (RAID6: name the member at fault).
+    Check(cmd::ctl::CheckArgs),
+    /// Scrub and rewrite redundancy where it disagrees.
+    Repair(cmd::ctl::CheckArgs),
+    /// Stop serving an array (flush, mark clean).
+    Stop(cmd::ctl::NameArgs),
     /// Show the md superblock of each device, like `mdadm --examine`.
     Examine(cmd::examine::ExamineArgs),
     /// Assemble read-only and write the array's contents (or a range) to stdout.
@@ -40,6 +62,16 @@ fn main() -> ExitCode {
         Command::Bench(args) => cmd::bench::run(args),
         Command::Examine(args) => cmd::examine::run(args),
         Command::Create(args) => cmd::create::run(args),
+        Command::Serve(args) => serve::run(args),
+        Command::Status(args) => cmd::ctl::status(args),
+        Command::Detail(args) => cmd::ctl::detail(args),
+        Command::Fail(args) => cmd::ctl::fail(args),
+        Command::Remove(args) => cmd::ctl::remove(args),
+        Command::Add(args) => cmd::ctl::add(args),
+        Command::Replace(args) => cmd::ctl::replace(args),
+        Command::Check(args) => cmd::ctl::check(args, false),
+        Command::Repair(args) => cmd::ctl::check(args, true),
+        Command::Stop(args) => cmd::ctl::stop(args),
         Command::Write(args) => cmd::write::run(args),
         Command::Read(args) => cmd::read::run(args),
     };

@@ -1,5 +1,6 @@
 pub mod bench;
 pub mod create;
+pub mod ctl;
 pub mod examine;
 pub mod read;
 pub mod write;

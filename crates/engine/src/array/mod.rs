@@ -136,6 +136,9 @@ pub struct Array {
     resync_pos: AtomicU64,
     /// Held (shared) by every write; taken exclusively to mark the array clean.
     write_gate: RwLock<()>,
+    /// When the last write finished (ms since the array was assembled), for idle marking.
+    last_write_ms: AtomicU64,
+    started: std::time::Instant,
     locks: StripeLocks,
     cache: StripeCache,
 }
@@ -292,6 +295,8 @@ impl Array {
             dirty: AtomicBool::new(false),
             resync_pos: AtomicU64::new(if level.has_redundancy() { resync_from.min(MAX_SECTOR) } else { MAX_SECTOR }),
             write_gate: RwLock::new(()),
+            last_write_ms: AtomicU64::new(0),
+            started: std::time::Instant::now(),
             locks: StripeLocks::default(),
             cache,
         };
@@ -648,6 +653,19 @@ impl Array {
         self.ensure_dirty()?;
         let _gate = self.write_gate.read().unwrap_or_else(|e| e.into_inner());
         self.check_alive()?;
+        let result = self.write_aligned_or_merged(offset, data);
+        self.last_write_ms.store(self.started.elapsed().as_millis() as u64, Ordering::Release);
+        result
+    }
+
+    /// Whether the superblocks say "active" and no write has finished for `idle`: md's
+    /// safe-mode moment to mark the array clean again.
+    pub fn dirty_and_idle(&self, idle: std::time::Duration) -> bool {
+        let last = self.last_write_ms.load(Ordering::Acquire);
+        self.dirty.load(Ordering::Acquire) && self.started.elapsed().as_millis() as u64 >= last + idle.as_millis() as u64
+    }
+
+    fn write_aligned_or_merged(&self, offset: u64, data: &[u8]) -> Result<(), EngineError> {
         let first = offset / SECTOR_BYTES;
         let end = (offset + data.len() as u64).div_ceil(SECTOR_BYTES);
         let lead = (offset - first * SECTOR_BYTES) as usize;

@@ -1,0 +1,283 @@
+//! Client commands for served arrays: status, detail, fail, remove, add, replace, check,
+//! repair, stop. They talk to `uraid serve` over its control socket.
+
+use crate::control::{self, ArrayStatus, Reply, Request};
+use crate::util::human_bytes;
+use anyhow::{bail, Result};
+use clap::Args;
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Args)]
+pub struct StatusArgs {
+    /// JSON array of every served array's status.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct NameArgs {
+    /// Array name or uuid.
+    name: String,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct DeviceArgs {
+    /// Array name or uuid.
+    name: String,
+    /// Member device or image file.
+    device: String,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct ReplaceArgs {
+    /// Array name or uuid.
+    name: String,
+    /// Member to replace.
+    device: String,
+    /// New device.
+    #[arg(long)]
+    with: String,
+    #[arg(long)]
+    json: bool,
+    /// Return at once instead of following the rebuild.
+    #[arg(long)]
+    no_wait: bool,
+}
+
+#[derive(Args)]
+pub struct CheckArgs {
+    /// Array name or uuid.
+    name: String,
+    #[arg(long)]
+    json: bool,
+    /// Return at once; `uraid status` shows progress and the result.
+    #[arg(long)]
+    no_wait: bool,
+}
+
+fn level_digits(level: &str) -> &str {
+    level.trim_start_matches("raid")
+}
+
+/// /proc/mdstat style.
+fn mdstat(st: &ArrayStatus) -> String {
+    let mut members: Vec<String> = st
+        .devices
+        .iter()
+        .map(|d| {
+            let flag = match d.state.as_str() {
+                "faulty" => "(F)",
+                "spare" => "(S)",
+                _ => "",
+            };
+            format!("{}[{}]{}", d.device, d.dev_number, flag)
+        })
+        .collect();
+    members.reverse();
+    let present: String = (0..st.raid_disks).map(|r| if st.missing_roles.contains(&r) { '_' } else { 'U' }).collect();
+    let mut s = format!(
+        "{} : {} {} {}\n      {} blocks super 1.x level {}, {}k chunk, algorithm {} [{}/{}] [{}]\n",
+        st.name,
+        if st.state == "failed" { "inactive" } else { "active" },
+        st.level,
+        members.join(" "),
+        st.size_bytes / 1024,
+        level_digits(&st.level),
+        st.chunk_kib,
+        st.layout,
+        st.raid_disks,
+        st.raid_disks - st.missing_roles.len(),
+        present
+    );
+    if let Some(j) = &st.job {
+        let pct = if j.total_sectors > 0 { j.done_sectors as f64 * 100.0 / j.total_sectors as f64 } else { 100.0 };
+        let filled = (pct / 5.0) as usize;
+        s += &format!(
+            "      [{}>{}]  {} = {:.1}% ({}/{}) finish={} speed={:.0}K/sec\n",
+            "=".repeat(filled.min(20)),
+            ".".repeat(20 - filled.min(20)),
+            j.kind,
+            pct,
+            j.done_sectors / 2,
+            j.total_sectors / 2,
+            j.eta_seconds.map_or("?".into(), |e| format!("{:.1}min", e / 60.0)),
+            j.speed_kib_per_s
+        );
+    }
+    if let Some(c) = &st.last_check {
+        s += &format!("      last {}: mismatch_cnt={}{}\n", c.kind, c.mismatch_cnt, if c.finished { "" } else { " (interrupted)" });
+    }
+    for e in &st.exports {
+        s += &format!("      export {e}\n");
+    }
+    s
+}
+
+pub fn status(a: StatusArgs) -> Result<ExitCode> {
+    let all = control::discover();
+    if a.json {
+        let v: Vec<&ArrayStatus> = all.iter().map(|(_, s)| s).collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut levels: Vec<&str> = all.iter().map(|(_, s)| s.level.as_str()).collect();
+    levels.sort();
+    levels.dedup();
+    println!("Personalities : {}", levels.iter().map(|l| format!("[{l}]")).collect::<Vec<_>>().join(" "));
+    if all.is_empty() {
+        println!("unused devices: <none>\n(no arrays are being served)");
+    }
+    for (_, st) in &all {
+        print!("{}", mdstat(st));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_status(st: &ArrayStatus, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(st)?);
+    } else {
+        print!("{}", detail_text(st));
+    }
+    Ok(())
+}
+
+fn detail_text(st: &ArrayStatus) -> String {
+    let mut s = format!(
+        "{}:\n        Raid Level : {}\n        Array Size : {} ({})\n      Raid Devices : {}\n             State : {}\n              UUID : {}\n            Events : {}\n",
+        st.name,
+        st.level,
+        st.size_bytes / 1024,
+        human_bytes(st.size_bytes),
+        st.raid_disks,
+        st.state,
+        st.uuid,
+        st.events
+    );
+    if st.chunk_kib > 0 {
+        s += &format!("        Chunk Size : {}K\n            Layout : {}\n", st.chunk_kib, st.layout);
+    }
+    s += "\n    Number   RaidDevice State\n";
+    for d in &st.devices {
+        let role = d.role.map_or("-".to_string(), |r| r.to_string());
+        let state = match (d.state.as_str(), d.recovered_sectors) {
+            ("recovering", Some(done)) => format!("spare rebuilding ({done} sectors done)"),
+            ("in_sync", _) => "active sync".into(),
+            (other, _) => other.to_string(),
+        };
+        s += &format!("    {:>6}   {:>10} {:<30} {}\n", d.dev_number, role, state, d.device);
+    }
+    s + &mdstat(st)
+}
+
+fn call(name: &str, req: Request) -> Result<ArrayStatus> {
+    let (sock, _) = control::find(name)?;
+    match control::call(&sock, &req)? {
+        Reply { ok: true, status: Some(st), .. } => Ok(st),
+        Reply { error, .. } => bail!("{}", error.unwrap_or_else(|| "request failed".into())),
+    }
+}
+
+pub fn detail(a: NameArgs) -> Result<ExitCode> {
+    print_status(&call(&a.name, Request::Status)?, a.json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn fail(a: DeviceArgs) -> Result<ExitCode> {
+    let st = call(&a.name, Request::Fail { device: a.device.clone() })?;
+    if !a.json {
+        eprintln!("uraid: set {} faulty in {}", a.device, a.name);
+    }
+    print_status(&st, a.json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn remove(a: DeviceArgs) -> Result<ExitCode> {
+    let st = call(&a.name, Request::Remove { device: a.device.clone() })?;
+    print_status(&st, a.json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn absolute(p: &str) -> String {
+    std::fs::canonicalize(p).map(|p| p.display().to_string()).unwrap_or_else(|_| p.to_string())
+}
+
+pub fn add(a: DeviceArgs) -> Result<ExitCode> {
+    let st = call(&a.name, Request::Add { device: absolute(&a.device) })?;
+    print_status(&st, a.json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn replace(a: ReplaceArgs) -> Result<ExitCode> {
+    call(&a.name, Request::Replace { device: a.device.clone(), with: absolute(&a.with) })?;
+    let st = if a.no_wait { call(&a.name, Request::Status)? } else { follow(&a.name, a.json, |st| st.job.is_none())? };
+    print_status(&st, a.json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn check(a: CheckArgs, repair: bool) -> Result<ExitCode> {
+    call(&a.name, Request::Check { repair })?;
+    if a.no_wait {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let st = follow(&a.name, a.json, |st| st.job.is_none() && st.last_check.is_some())?;
+    let c = st.last_check.clone().unwrap_or_default();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&c)?);
+    } else {
+        println!("{}: {} {}: mismatch_cnt={}", st.name, c.kind, if c.finished { "finished" } else { "interrupted" }, c.mismatch_cnt);
+        for (role, rows) in &c.wrong_member_rows {
+            println!("  role {role}: {rows} 4K rows wrong (syndrome names this member)");
+        }
+        if c.unattributed_rows > 0 {
+            println!("  {} rows with errors in more than one block", c.unattributed_rows);
+        }
+        if c.repaired_rows > 0 {
+            println!("  {} rows rewritten", c.repaired_rows);
+        }
+    }
+    Ok(if c.finished { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Polls the array until `done`, showing the job's progress on a terminal.
+fn follow(name: &str, json: bool, done: impl Fn(&ArrayStatus) -> bool) -> Result<ArrayStatus> {
+    let tty = !json && std::io::stderr().is_terminal();
+    loop {
+        let st = call(name, Request::Status)?;
+        if done(&st) {
+            if tty {
+                eprint!("\r\x1b[K");
+            }
+            return Ok(st);
+        }
+        if tty {
+            if let Some(j) = &st.job {
+                let pct = j.done_sectors as f64 * 100.0 / j.total_sectors.max(1) as f64;
+                eprint!("\r\x1b[K{}: {} {:.1}% speed={:.0}K/sec", st.name, j.kind, pct, j.speed_kib_per_s);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+pub fn stop(a: NameArgs) -> Result<ExitCode> {
+    let (sock, _) = control::find(&a.name)?;
+    control::call(&sock, &Request::Stop)?;
+    // Wait for the process to close the array and remove its socket.
+    for _ in 0..600 {
+        if !sock.exists() {
+            if !a.json {
+                eprintln!("uraid: stopped {}", a.name);
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    bail!("{} did not stop within 30 s", a.name)
+}

@@ -1,0 +1,385 @@
+//! `uraid serve`: assemble an array writable and hold it — run its resync/recovery in the
+//! background with md's speed limits, mark it clean when idle, answer the control socket —
+//! until `uraid stop`, SIGINT or SIGTERM, then flush and mark it clean.
+
+use crate::control::{self, ArrayStatus, CheckResult, DeviceStatus, JobStatus, Reply, Request};
+use crate::util::{open_members, random_uuid};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use uraid_core::assemble::AssembleOptions;
+use uraid_engine::array::{CheckReport, JobKind};
+use uraid_engine::{Array, ArrayOptions, DeviceState, FileMember, Member};
+
+#[derive(Args, Clone)]
+pub struct ServeArgs {
+    /// Member devices or image files (any order); or one array name/uuid with --scan.
+    #[arg(required = true)]
+    pub devices: Vec<String>,
+    /// Directories or files to search for the members of the named array.
+    #[arg(long, num_args = 1..)]
+    pub scan: Vec<PathBuf>,
+    /// Like mdadm --force.
+    #[arg(long)]
+    pub force: bool,
+    /// Like mdadm --run.
+    #[arg(long)]
+    pub run: bool,
+    /// md's sync_speed_min, KiB/s: background jobs never throttle below this.
+    #[arg(long, default_value_t = 1000)]
+    pub speed_min: u64,
+    /// md's sync_speed_max, KiB/s.
+    #[arg(long, default_value_t = 200_000)]
+    pub speed_max: u64,
+    /// md's stripe_cache_size (4 KiB pages per member).
+    #[arg(long, default_value_t = 256)]
+    pub stripe_cache: u64,
+    /// Print status lines as JSON only.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What the job thread is doing, for status replies.
+#[derive(Default)]
+struct JobState {
+    running: Option<(JobKind, u64, u64, Instant, u64)>, // kind, done, total, started, done at start
+    requested_check: Option<bool>,                        // Some(repair)
+    last_check: Option<CheckResult>,
+}
+
+pub struct Served {
+    array: Arc<Array>,
+    job: Mutex<JobState>,
+    stop: Arc<AtomicBool>,
+    args: ServeArgs,
+    pub exports: Mutex<Vec<String>>,
+}
+
+fn resolve_devices(args: &ServeArgs) -> Result<Vec<PathBuf>> {
+    if args.scan.is_empty() {
+        return Ok(args.devices.iter().map(PathBuf::from).collect());
+    }
+    if args.devices.len() != 1 {
+        bail!("with --scan give exactly one array name or uuid");
+    }
+    let want = &args.devices[0];
+    let mut files = Vec::new();
+    for p in &args.scan {
+        if p.is_dir() {
+            for e in std::fs::read_dir(p)?.flatten() {
+                if e.path().is_file() {
+                    files.push(e.path());
+                }
+            }
+        } else {
+            files.push(p.clone());
+        }
+    }
+    let mut found = Vec::new();
+    for f in files {
+        let Ok(m) = FileMember::open(&f, false) else { continue };
+        if let Some((_, sb)) = uraid_engine::scan::probe(&m).best() {
+            let name = match sb {
+                uraid_core::metadata::Superblock::V1(s) => {
+                    let end = s.set_name.iter().position(|&b| b == 0).unwrap_or(32);
+                    String::from_utf8_lossy(&s.set_name[..end]).into_owned()
+                }
+                _ => String::new(),
+            };
+            if &name == want || name.rsplit(':').next() == Some(want) || sb.array_uuid().to_string() == *want {
+                found.push(f);
+            }
+        }
+    }
+    if found.is_empty() {
+        bail!("no members of array {want:?} found in {:?}", args.scan);
+    }
+    Ok(found)
+}
+
+pub fn assemble_for_serving(args: &ServeArgs) -> Result<Arc<Served>> {
+    let paths = resolve_devices(args)?;
+    let members = open_members(&paths, true)?;
+    let opts = ArrayOptions {
+        assemble: AssembleOptions { array_uuid: None, force: args.force, run: args.run },
+        writable: true,
+        stripe_cache_pages: args.stripe_cache,
+    };
+    let (array, report) = Array::assemble(members, &opts)?;
+    for w in &report.warnings {
+        eprintln!("uraid: warning: {w}");
+    }
+    array.start_recovery_if_possible();
+    Ok(Arc::new(Served {
+        array: Arc::new(array),
+        job: Mutex::new(JobState::default()),
+        stop: Arc::new(AtomicBool::new(false)),
+        args: args.clone(),
+        exports: Mutex::new(Vec::new()),
+    }))
+}
+
+impl Served {
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    pub fn status(&self) -> ArrayStatus {
+        let a = &self.array;
+        let devices = a
+            .devices()
+            .into_iter()
+            .map(|d| {
+                let (state, role, rec) = match d.state {
+                    DeviceState::InSync(r) => ("in_sync", Some(r), None),
+                    DeviceState::Recovering { role, done } => ("recovering", Some(role), Some(done)),
+                    DeviceState::Spare => ("spare", None, None),
+                    DeviceState::Faulty => ("faulty", None, None),
+                };
+                DeviceStatus { device: d.label, dev_number: d.dev_number, state: state.into(), role, recovered_sectors: rec }
+            })
+            .collect();
+        let missing = a.missing_roles();
+        let state = if a.failure().is_some() {
+            "failed"
+        } else if !missing.is_empty() {
+            "degraded"
+        } else if a.dirty_and_idle(Duration::ZERO) {
+            "active"
+        } else {
+            "clean"
+        };
+        let job = self.job.lock().unwrap_or_else(|e| e.into_inner());
+        let job_status = job.running.map(|(kind, done, total, started, done0)| {
+            let secs = started.elapsed().as_secs_f64().max(1e-3);
+            let speed = (done.saturating_sub(done0)) as f64 * 512.0 / 1024.0 / secs;
+            JobStatus {
+                kind: kind.name().into(),
+                done_sectors: done,
+                total_sectors: total,
+                speed_kib_per_s: speed,
+                eta_seconds: (speed > 0.0).then(|| (total.saturating_sub(done)) as f64 * 0.5 / speed),
+            }
+        });
+        let (layout, chunk_kib) = match a.geometry().as_parity() {
+            Some(p) => (p.algorithm().to_md(), p.chunk_sectors() / 2),
+            None => (0, 0),
+        };
+        ArrayStatus {
+            name: a.name().to_string(),
+            uuid: a.uuid().to_string(),
+            level: a.level().to_string(),
+            layout,
+            chunk_kib,
+            raid_disks: a.geometry().raid_disks(),
+            size_bytes: a.size_bytes(),
+            events: a.events(),
+            state: state.into(),
+            missing_roles: missing,
+            devices,
+            job: job_status,
+            last_check: job.last_check.clone(),
+            exports: self.exports.lock().map(|e| e.clone()).unwrap_or_default(),
+            pid: std::process::id(),
+        }
+    }
+
+    fn handle(&self, req: Request) -> Reply {
+        let a = &self.array;
+        let result: Result<()> = (|| {
+            match req {
+                Request::Status => {}
+                Request::Fail { device } => a.fail_device_by_label(&device)?,
+                Request::Remove { device } => a.remove_device(&device)?,
+                Request::Add { device } => {
+                    let m: Arc<dyn Member> = Arc::new(FileMember::open(std::path::Path::new(&device), true)?);
+                    a.add_device(m, random_uuid())?;
+                }
+                Request::Replace { device, with } => {
+                    // Add the new device as a spare, then fail the old one: the spare takes
+                    // its role and is rebuilt (md's hot replace, which keeps the old member
+                    // serving during the copy, is not implemented yet).
+                    let m: Arc<dyn Member> = Arc::new(FileMember::open(std::path::Path::new(&with), true)?);
+                    a.add_device(m, random_uuid())?;
+                    a.fail_device_by_label(&device)?;
+                }
+                Request::Check { repair } => {
+                    let mut job = self.job.lock().unwrap_or_else(|e| e.into_inner());
+                    if job.running.is_some() || job.requested_check.is_some() {
+                        bail!("a {} is already running", job.running.map_or("check", |r| r.0.name()));
+                    }
+                    job.requested_check = Some(repair);
+                    job.last_check = None;
+                }
+                Request::Stop => self.stop.store(true, Ordering::Release),
+            }
+            Ok(())
+        })();
+        match result {
+            Ok(()) => Reply::ok(Some(self.status())),
+            Err(e) => Reply::err(format!("{e:#}")),
+        }
+    }
+
+    /// The background job loop: requested check/repair, else pending recovery/resync,
+    /// rate-limited between speed_min and speed_max; marks the array clean when idle.
+    fn job_loop(&self) {
+        let step = 1u64 << 11; // 1 MiB of member sectors per step
+        while !self.stop.load(Ordering::Acquire) {
+            let requested = self.job.lock().map(|mut j| j.requested_check.take()).unwrap_or(None);
+            let kind = match requested {
+                Some(repair) => Some(if repair { JobKind::Repair } else { JobKind::Check }),
+                None => self.array.pending_job(),
+            };
+            let Some(kind) = kind else {
+                if self.array.dirty_and_idle(Duration::from_millis(200)) {
+                    let _ = self.array.mark_clean();
+                }
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            };
+            let total = self.array.sync_sectors();
+            let start = Instant::now();
+            let mut report = CheckReport::default();
+            let mut pos = match kind {
+                JobKind::Resync => self.array.resync_position().min(total),
+                _ => 0,
+            };
+            let pos0 = pos;
+            self.set_running(Some((kind, pos, total, start, pos0)));
+            let mut finished = false;
+            while !self.stop.load(Ordering::Acquire) {
+                let r = match kind {
+                    JobKind::Resync => self.array.resync_step(step),
+                    JobKind::Recovery => self.array.recovery_step(step),
+                    JobKind::Check => self.array.check_step(pos, step, false, &mut report),
+                    JobKind::Repair => self.array.check_step(pos, step, true, &mut report),
+                };
+                let p = match r {
+                    Ok(p) => p,
+                    Err(e) => {
+                        eprintln!("uraid: {} stopped: {e}", kind.name());
+                        break;
+                    }
+                };
+                pos = p.done_sectors;
+                self.set_running(Some((kind, pos, total, start, pos0)));
+                if p.finished() || (matches!(kind, JobKind::Resync | JobKind::Recovery) && self.array.pending_job() != Some(kind)) {
+                    finished = true;
+                    break;
+                }
+                // md's limits: never faster than speed_max; the floor is speed_min (we have
+                // no competing-I/O signal, so speed_min only matters when speed_max < it).
+                let limit_kib = self.args.speed_max.max(self.args.speed_min) as f64;
+                let done_kib = (pos - pos0) as f64 / 2.0;
+                let ahead = done_kib / limit_kib - start.elapsed().as_secs_f64();
+                if ahead > 0.0 {
+                    std::thread::sleep(Duration::from_secs_f64(ahead.min(1.0)));
+                }
+            }
+            if matches!(kind, JobKind::Check | JobKind::Repair) {
+                let mut job = self.job.lock().unwrap_or_else(|e| e.into_inner());
+                job.last_check = Some(CheckResult {
+                    kind: kind.name().into(),
+                    mismatch_cnt: report.mismatch_sectors,
+                    wrong_member_rows: report.wrong_member_rows.into_iter().collect(),
+                    unattributed_rows: report.unattributed_rows,
+                    repaired_rows: report.repaired_rows,
+                    finished,
+                });
+            }
+            self.set_running(None);
+            if !self.args.json {
+                eprintln!("uraid: {} {} after {:.1} s", kind.name(), if finished { "finished" } else { "interrupted" }, start.elapsed().as_secs_f64());
+            }
+        }
+    }
+
+    fn set_running(&self, r: Option<(JobKind, u64, u64, Instant, u64)>) {
+        if let Ok(mut j) = self.job.lock() {
+            j.running = r;
+        }
+    }
+}
+
+fn serve_connection(served: &Served, stream: UnixStream) {
+    let mut writer = match stream.try_clone() {
+        Ok(w) => w,
+        Err(_) => return,
+    };
+    for line in BufReader::new(stream).lines() {
+        let Ok(line) = line else { return };
+        let reply = match serde_json::from_str::<Request>(&line) {
+            Ok(req) => served.handle(req),
+            Err(e) => Reply::err(format!("bad request: {e}")),
+        };
+        let Ok(mut text) = serde_json::to_string(&reply) else { return };
+        text.push('\n');
+        if writer.write_all(text.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+/// Runs the control socket and job thread until stopped; `extra` runs alongside (exports).
+pub fn run_served(served: Arc<Served>, extra: Vec<Box<dyn FnOnce() + Send>>) -> Result<ExitCode> {
+    let stop = served.stop_flag();
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    let dir = control::run_dir();
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let sock = control::socket_path(served.array.name());
+    if sock.exists() {
+        if UnixStream::connect(&sock).is_ok() {
+            bail!("array {:?} is already served ({})", served.array.name(), sock.display());
+        }
+        let _ = std::fs::remove_file(&sock);
+    }
+    let listener = UnixListener::bind(&sock).with_context(|| format!("binding {}", sock.display()))?;
+    listener.set_nonblocking(true)?;
+    if !served.args.json {
+        eprintln!(
+            "uraid: serving {} {:?} ({} bytes); control socket {}",
+            served.array.level(),
+            served.array.name(),
+            served.array.size_bytes(),
+            sock.display()
+        );
+    } else {
+        println!("{}", serde_json::to_string(&served.status())?);
+    }
+    std::thread::scope(|s| {
+        s.spawn(|| served.job_loop());
+        for f in extra {
+            s.spawn(f);
+        }
+        while !stop.load(Ordering::Acquire) {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nonblocking(false);
+                    let served = &served;
+                    s.spawn(move || serve_connection(served, stream));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    });
+    let _ = std::fs::remove_file(&sock);
+    served.array.close()?;
+    if !served.args.json {
+        eprintln!("uraid: {:?} stopped cleanly", served.array.name());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run(args: ServeArgs) -> Result<ExitCode> {
+    let served = assemble_for_serving(&args)?;
+    run_served(served, Vec::new())
+}
