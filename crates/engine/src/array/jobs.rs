@@ -143,7 +143,9 @@ impl Array {
         let _gate = self.write_gate.read().unwrap_or_else(|e| e.into_inner());
         while pos < end {
             let n = (unit - pos % unit).min(end - pos);
-            self.sync_region(pos, n, SyncMode::Resync, &mut CheckReport::default())?;
+            if !self.bitmap_allows_skip(pos, n) {
+                self.sync_region(pos, n, SyncMode::Resync, &mut CheckReport::default())?;
+            }
             pos += n;
             self.resync_pos.store(if pos >= total { MAX_SECTOR } else { pos }, Ordering::Release);
         }

@@ -7,6 +7,7 @@
 //! clean state, "clean" again at `close`, events bumped on each change, failed members
 //! recorded as faulty in every surviving member's role table.
 
+mod bitmap;
 mod jobs;
 mod manage;
 mod striped;
@@ -141,6 +142,7 @@ pub struct Array {
     started: std::time::Instant,
     locks: StripeLocks,
     cache: StripeCache,
+    bitmap: Mutex<Option<bitmap::BitmapState>>,
 }
 
 /// A person-readable reason for leaving a device out.
@@ -275,6 +277,9 @@ impl Array {
             }
         }
         let cache = StripeCache::new(opts.stripe_cache_pages, raid_disks);
+        let bitmap_state = plan.members.iter().flatten().next().and_then(|&i| {
+            bitmap::load(devices[i].as_ref(), &candidates[plan.newest].superblock, sb_offsets[i])
+        });
         let name = match &newest {
             Superblock::V1(sb) => {
                 let end = sb.set_name.iter().position(|&b| b == 0).unwrap_or(sb.set_name.len());
@@ -299,6 +304,7 @@ impl Array {
             started: std::time::Instant::now(),
             locks: StripeLocks::default(),
             cache,
+            bitmap: Mutex::new(bitmap_state),
         };
         array.rebuild_io_map(&array.lock_meta());
         Ok((array, report))
@@ -379,6 +385,8 @@ impl Array {
             meta.events += 1;
             let events = meta.events;
             let now = now_seconds();
+            // Bits are cleared only when the array becomes clean with every write flushed.
+            self.bitmap_sync_events(meta, events, resync_offset == MAX_SECTOR);
             let mut newly_failed = Vec::new();
             for (i, d) in meta.devices.iter_mut().enumerate() {
                 if d.state == DeviceState::Faulty {
@@ -653,6 +661,8 @@ impl Array {
         self.ensure_dirty()?;
         let _gate = self.write_gate.read().unwrap_or_else(|e| e.into_inner());
         self.check_alive()?;
+        let first = offset / SECTOR_BYTES;
+        self.bitmap_prepare_write(first, (offset + data.len() as u64).div_ceil(SECTOR_BYTES) - first);
         let result = self.write_aligned_or_merged(offset, data);
         self.last_write_ms.store(self.started.elapsed().as_millis() as u64, Ordering::Release);
         result

@@ -16,11 +16,13 @@ pub struct Shape {
     pub member_bytes: usize,
     pub spares: usize,
     pub sync: InitialSync,
+    /// Internal bitmap with this chunk (bytes).
+    pub bitmap_chunk: Option<u32>,
 }
 
 impl Shape {
     pub fn new(level: Level, disks: usize) -> Shape {
-        Shape { level, disks, chunk_kib: 64, layout: None, member_bytes: 4 << 20, spares: 0, sync: InitialSync::AssumeClean }
+        Shape { level, disks, chunk_kib: 64, layout: None, member_bytes: 4 << 20, spares: 0, sync: InitialSync::AssumeClean, bitmap_chunk: None }
     }
     pub fn layout(mut self, l: u32) -> Shape {
         self.layout = Some(l);
@@ -28,6 +30,10 @@ impl Shape {
     }
     pub fn spares(mut self, n: usize) -> Shape {
         self.spares = n;
+        self
+    }
+    pub fn bitmap(mut self, chunk: u32) -> Shape {
+        self.bitmap_chunk = Some(chunk);
         self
     }
     pub fn sync(mut self, s: InitialSync) -> Shape {
@@ -60,6 +66,7 @@ pub fn make(shape: &Shape) -> Made {
         req.chunk_bytes = Some(shape.chunk_kib * 1024);
     }
     req.initial_sync = shape.sync;
+    req.bitmap = shape.bitmap_chunk.map(|c| uraid_core::metadata::create::BitmapRequest { chunk_bytes: Some(c) });
     let plan = plan_create(&req).expect("plan");
     let m: Vec<Option<Arc<dyn Member>>> = members.iter().map(|m| Some(m.clone() as Arc<dyn Member>)).collect();
     let s: Vec<Arc<dyn Member>> = spares.iter().map(|m| m.clone() as Arc<dyn Member>).collect();

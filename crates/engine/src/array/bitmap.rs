@@ -1,0 +1,139 @@
+//! The internal write-intent bitmap, kept as md keeps it: before a region is first written
+//! after the array was clean, its bit is set and the bitmap made durable on every member;
+//! bits are cleared when the array is marked clean (all writes flushed). After a crash only
+//! the regions whose bits are set are resynced. The bitmap superblock's events follow the
+//! array's, or md would call the bitmap stale and resync everything.
+//!
+//! Bits cover md's "sync range": member sectors for RAID4/5/6 (md marks stripe sectors),
+//! array sectors for RAID1/10 (md marks the bio's sector).
+
+use super::{Array, Meta};
+use uraid_core::geometry::Geometry;
+use uraid_core::metadata::{BitmapSuperblock, Superblock, WriteIntentBits};
+
+pub(super) struct BitmapState {
+    pub sb: BitmapSuperblock,
+    pub bits: WriteIntentBits,
+    /// Bytes from a member's superblock to its bitmap superblock.
+    pub rel_offset: i64,
+    /// Chunks that must be resynced (set when the array was found dirty).
+    pub resync: Option<WriteIntentBits>,
+}
+
+/// Reads the bitmap of a member whose superblock is `sb` at `sb_offset`.
+pub(super) fn load(member: &dyn crate::member::Member, sb: &Superblock, sb_offset: u64) -> Option<BitmapState> {
+    let rel_offset = match sb {
+        Superblock::V1(s) => i64::from(s.bitmap_offset_sectors()?) * 512,
+        Superblock::V090(s) => {
+            if !s.has_bitmap() {
+                return None;
+            }
+            4096
+        }
+    };
+    let at = sb_offset.checked_add_signed(rel_offset)?;
+    let mut head = vec![0u8; 256];
+    member.read_at(&mut head, at).ok()?;
+    let bsb = BitmapSuperblock::decode(&head).ok()?;
+    let mut bits = vec![0u8; bsb.bits_len_bytes() as usize];
+    member.read_at(&mut bits, at + 256).ok()?;
+    let bits = WriteIntentBits::decode(&bsb, &bits).ok()?;
+    let events = sb.events();
+    // md trusts the bitmap only if it is as new as the superblock; otherwise it resyncs all.
+    let stale = bsb.events + 1 < events;
+    let resync = if sb.is_clean() {
+        None
+    } else if stale {
+        Some(WriteIntentBits::all_dirty(&bsb))
+    } else {
+        Some(bits.clone())
+    };
+    Some(BitmapState { sb: bsb, bits, rel_offset, resync })
+}
+
+impl Array {
+    /// The sync-range sectors a write to array sectors `first..first+n` touches.
+    fn bitmap_range(&self, first: u64, n: u64) -> Option<(u64, u64)> {
+        match &self.geometry {
+            Geometry::Parity(p) => {
+                let per = p.stripe_data_sectors();
+                let (s0, s1) = (first / per, (first + n.max(1) - 1) / per);
+                Some((s0 * p.chunk_sectors(), (s1 + 1 - s0) * p.chunk_sectors()))
+            }
+            Geometry::Raid1 { .. } | Geometry::Raid10(_) => Some((first, n)),
+            _ => None,
+        }
+    }
+
+    /// Sets (durably) the bits for a write to array sectors `first..first+n`.
+    pub(super) fn bitmap_prepare_write(&self, first: u64, n: u64) {
+        let Some((start, len)) = self.bitmap_range(first, n) else { return };
+        let mut guard = self.bitmap.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(state) = guard.as_mut() else { return };
+        let (c0, c1) = (state.bits.chunk_of_sector(start), state.bits.chunk_of_sector(start + len.max(1) - 1));
+        if (c0..=c1).all(|c| state.bits.is_dirty(c)) {
+            return;
+        }
+        state.bits.mark_sectors(start, len);
+        let bytes = state.bits.encode().to_vec();
+        let rel = state.rel_offset + 256;
+        drop(guard);
+        self.write_bitmap_area(rel, &bytes);
+    }
+
+    /// Writes `bytes` at `rel` from each written member's superblock, then flushes them.
+    fn write_bitmap_area(&self, rel: i64, bytes: &[u8]) {
+        let targets: Vec<_> = {
+            let meta = self.lock_meta();
+            meta.devices
+                .iter()
+                .enumerate()
+                .filter(|(_, d)| d.state != super::DeviceState::Faulty)
+                .filter_map(|(i, d)| d.sb_offset.checked_add_signed(rel).map(|at| (i, d.member.clone(), at)))
+                .collect()
+        };
+        for (i, m, at) in targets {
+            if m.write_at(bytes, at).and_then(|_| m.flush()).is_err() {
+                self.fail_device(i, "bitmap write failed");
+            }
+        }
+    }
+
+    /// At a superblock update: the bitmap superblock gets the new events first (md's order).
+    pub(super) fn bitmap_sync_events(&self, meta: &Meta, events: u64, clear: bool) {
+        let mut guard = self.bitmap.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(state) = guard.as_mut() else { return };
+        state.sb.events = events;
+        let mut bits = None;
+        if clear {
+            state.sb.events_cleared = events;
+            state.bits = WriteIntentBits::all_clean(&state.sb);
+            bits = Some(state.bits.encode().to_vec());
+        }
+        let mut head = state.sb.encode().to_vec();
+        if let Some(b) = bits {
+            head.extend_from_slice(&b);
+        }
+        for d in meta.devices.iter().filter(|d| d.state != super::DeviceState::Faulty) {
+            if let Some(at) = d.sb_offset.checked_add_signed(state.rel_offset) {
+                // A failure here surfaces at the superblock write that follows.
+                let _ = d.member.write_at(&head, at);
+            }
+        }
+    }
+
+    /// Whether resync may skip sync-range sectors `pos..pos+n` (bitmap says clean there).
+    pub(super) fn bitmap_allows_skip(&self, pos: u64, n: u64) -> bool {
+        if matches!(self.geometry, Geometry::Raid10(_)) {
+            return false; // raid10 bits are array sectors; resync walks member sectors.
+        }
+        let guard = self.bitmap.lock().unwrap_or_else(|e| e.into_inner());
+        match guard.as_ref().and_then(|s| s.resync.as_ref()) {
+            Some(r) => {
+                let (c0, c1) = (r.chunk_of_sector(pos), r.chunk_of_sector(pos + n.max(1) - 1));
+                !(c0..=c1).any(|c| r.is_dirty(c))
+            }
+            None => false,
+        }
+    }
+}
