@@ -1,4 +1,5 @@
 //! uraid's benchmarks: workloads, the peers they are compared with, and report rendering.
 
 pub mod isal;
+pub mod array;
 pub mod parity;

@@ -40,6 +40,10 @@ pub struct ServeArgs {
     /// md's stripe_cache_size (4 KiB pages per member).
     #[arg(long, default_value_t = 256)]
     pub stripe_cache: u64,
+    /// Name to serve the array under (default: the superblock's name; 0.90 has none, so
+    /// its uuid is used).
+    #[arg(long)]
+    pub name: Option<String>,
     /// Print status lines as JSON only.
     #[arg(long)]
     pub json: bool,
@@ -126,6 +130,11 @@ pub fn assemble_for_serving(args: &ServeArgs) -> Result<Arc<Served>> {
 }
 
 impl Served {
+    /// The name clients use for this array.
+    pub fn name(&self) -> &str {
+        self.args.name.as_deref().unwrap_or(self.array.name())
+    }
+
     pub fn stop_flag(&self) -> Arc<AtomicBool> {
         self.stop.clone()
     }
@@ -172,7 +181,7 @@ impl Served {
             None => (0, 0),
         };
         ArrayStatus {
-            name: a.name().to_string(),
+            name: self.name().to_string(),
             uuid: a.uuid().to_string(),
             level: a.level().to_string(),
             layout,
@@ -334,10 +343,10 @@ pub fn run_served(served: Arc<Served>, extra: Vec<Box<dyn FnOnce() + Send>>) -> 
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
     let dir = control::run_dir();
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let sock = control::socket_path(served.array.name());
+    let sock = control::socket_path(served.name());
     if sock.exists() {
         if UnixStream::connect(&sock).is_ok() {
-            bail!("array {:?} is already served ({})", served.array.name(), sock.display());
+            bail!("array {:?} is already served ({})", served.name(), sock.display());
         }
         let _ = std::fs::remove_file(&sock);
     }
@@ -347,7 +356,7 @@ pub fn run_served(served: Arc<Served>, extra: Vec<Box<dyn FnOnce() + Send>>) -> 
         eprintln!(
             "uraid: serving {} {:?} ({} bytes); control socket {}",
             served.array.level(),
-            served.array.name(),
+            served.name(),
             served.array.size_bytes(),
             sock.display()
         );
@@ -374,7 +383,7 @@ pub fn run_served(served: Arc<Served>, extra: Vec<Box<dyn FnOnce() + Send>>) -> 
     let _ = std::fs::remove_file(&sock);
     served.array.close()?;
     if !served.args.json {
-        eprintln!("uraid: {:?} stopped cleanly", served.array.name());
+        eprintln!("uraid: {:?} stopped cleanly", served.name());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -69,6 +69,8 @@ pub enum Exclusion {
     NewerThanArray { events: u64, newest_events: u64 },
     /// Its superblock records the newest member's role as failed (split brain).
     ReportsNewestFailed { newest: usize },
+    /// The newest member's superblock records this one as failed or spare.
+    RecordedFailedByNewest { newest: usize },
     /// Another member with more events claims the same role.
     Duplicate { role: u32, kept: usize },
     /// The device is smaller than the data area its superblock describes.
@@ -341,6 +343,22 @@ fn plan_array(
                 stale_active.push((role, index));
             }
             continue;
+        }
+        // md takes every member's role from the freshest superblock: a member whose own
+        // superblock is one event behind (it failed, then the array stopped before its own
+        // superblock could be rewritten) but which the newest records as faulty or spare is
+        // not in sync, whatever it says about itself.
+        // With --force such a member is treated like a stale one: brought back only if the
+        // array cannot run without it.
+        if index != newest && member.events() < newest_events {
+            let seen = newest_sb.role_of_device(member.dev_number());
+            if seen != DeviceRole::Active(role) {
+                plan.excluded.push((index, Exclusion::RecordedFailedByNewest { newest }));
+                if !is_replacement {
+                    stale_active.push((role, index));
+                }
+                continue;
+            }
         }
         plan.clean &= member.is_clean();
         let recovered = member.recovery_offset_sectors();

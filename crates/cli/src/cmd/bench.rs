@@ -16,8 +16,51 @@ pub struct BenchArgs {
 
 #[derive(Subcommand)]
 enum Workload {
+    /// In-process arrays over file-backed members: sequential write/read, degraded read,
+    /// recovery, each against the same work on one plain file (the default workload).
+    Array(ArrayArgs),
     /// Parity kernels per operation and stripe shape, warm and cold, against ISA-L and memcpy.
     Parity(ParityArgs),
+}
+
+#[derive(Args, Clone)]
+struct ArrayArgs {
+    /// Folder for the member files (default: a new folder in /dev/shm if it is tmpfs, else
+    /// in the system temp dir).
+    #[arg(long)]
+    dir: Option<std::path::PathBuf>,
+    /// Levels to compare (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = ["0".to_string(), "1".into(), "5".into(), "6".into(), "10".into()])]
+    levels: Vec<String>,
+    /// Members per array (raised to a level's minimum).
+    #[arg(long, default_value_t = 4)]
+    members: usize,
+    /// Chunk size.
+    #[arg(long, default_value = "64K")]
+    chunk: String,
+    /// Bytes each workload moves.
+    #[arg(long, default_value = "256M")]
+    size: String,
+    /// Only these workloads: seq-write, seq-read, degraded-read, recovery.
+    #[arg(long, value_delimiter = ',')]
+    workloads: Vec<String>,
+    /// Print one JSON array of records and nothing else on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+impl Default for ArrayArgs {
+    fn default() -> Self {
+        ArrayArgs {
+            dir: None,
+            levels: ["0", "1", "5", "6", "10"].map(String::from).to_vec(),
+            members: 4,
+            chunk: "64K".into(),
+            size: "256M".into(),
+            workloads: vec![],
+            json: false,
+        }
+    }
 }
 
 #[derive(Args)]
@@ -48,17 +91,65 @@ struct ParityArgs {
 pub fn run(args: BenchArgs) -> Result<ExitCode> {
     match args.workload {
         Some(Workload::Parity(p)) => run_parity(p),
-        // Until the array engine lands, the default bench is the parity bench.
-        None => run_parity(ParityArgs {
-            json: false,
-            time_ms: 25,
-            data_blocks: vec![4, 8, 10],
-            block_bytes: vec![4096, 65536],
-            cold_mib: 256,
-            kernels: vec![],
-            ops: vec![],
-        }),
+        Some(Workload::Array(a)) => run_array(a),
+        None => run_array(ArrayArgs::default()),
     }
+}
+
+fn run_array(a: ArrayArgs) -> Result<ExitCode> {
+    let levels = a.levels.iter().map(|l| crate::cmd::create::parse_level(l)).collect::<Result<Vec<_>>>()?;
+    let chunk = u32::try_from(crate::util::parse_size(&a.chunk)?)?;
+    let size = crate::util::parse_size(&a.size)?;
+    let base = match &a.dir {
+        Some(d) => d.clone(),
+        None if std::path::Path::new("/dev/shm").is_dir() => "/dev/shm".into(),
+        None => std::env::temp_dir(),
+    };
+    let tmp = tempfile::Builder::new().prefix("uraid-bench").tempdir_in(&base)?;
+    let backing = describe_backing(tmp.path());
+    let cfg = uraid_bench::array::ArrayBenchConfig {
+        dir: tmp.path().to_path_buf(),
+        levels,
+        members: a.members,
+        chunk_bytes: chunk,
+        data_bytes: size,
+        workloads: a.workloads.clone(),
+    };
+    let quiet = a.json;
+    let tty = std::io::stderr().is_terminal();
+    let records = uraid_bench::array::run(&cfg, &mut |line| {
+        if !quiet {
+            if tty {
+                eprint!("\r\x1b[Kbench array {line}");
+            } else {
+                eprintln!("bench array {line}");
+            }
+        }
+    })
+    .map_err(|e| anyhow::anyhow!(e))?;
+    if !quiet && tty {
+        eprintln!();
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&records)?);
+    } else {
+        print!("{}", uraid_bench::array::render(&records, &backing));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// "tmpfs (/dev/shm/…)" or the filesystem type, for the report.
+fn describe_backing(dir: &std::path::Path) -> String {
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    let d = dir.display().to_string();
+    let best = mounts
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() > 2 && d.starts_with(f[1])).then(|| (f[1].len(), f[2].to_string()))
+        })
+        .max();
+    format!("{} ({d})", best.map_or("unknown".into(), |b| b.1))
 }
 
 fn run_parity(a: ParityArgs) -> Result<ExitCode> {

@@ -41,6 +41,42 @@ impl Superblock {
         }
     }
 
+    /// Rewrites the whole role table from the array's current devices, as md's
+    /// `super_1_sync`/`super_90_sync` do at every superblock update: every entry spare
+    /// (a device that is no longer part of the array), then each listed device's role.
+    pub fn set_role_table(&mut self, devices: &[(u32, DeviceRole)]) {
+        match self {
+            Superblock::V1(sb) => {
+                let needed = devices.iter().map(|(n, _)| *n as usize + 1).max().unwrap_or(0);
+                if sb.dev_roles.len() < needed {
+                    sb.dev_roles.resize(needed, DeviceRole::SPARE_RAW);
+                }
+                sb.dev_roles.iter_mut().for_each(|r| *r = DeviceRole::SPARE_RAW);
+            }
+            Superblock::V090(sb) => {
+                for d in sb.disks.iter_mut() {
+                    d.state = DiskDescriptor090::STATE_REMOVED;
+                }
+            }
+        }
+        for (n, role) in devices {
+            self.set_device_role(*n, *role);
+        }
+        self.update_checksum();
+    }
+
+    /// What this superblock says device `dev_number` is.
+    pub fn role_of_device(&self, dev_number: u32) -> DeviceRole {
+        match self {
+            Superblock::V1(sb) => sb.dev_roles.get(dev_number as usize).map_or(DeviceRole::Spare, |r| DeviceRole::from_raw(*r)),
+            Superblock::V090(sb) => match sb.disks.get(dev_number as usize) {
+                Some(d) if d.state & DiskDescriptor090::STATE_FAULTY != 0 => DeviceRole::Faulty,
+                Some(d) if d.state & DiskDescriptor090::STATE_SYNC != 0 => DeviceRole::Active(d.raid_disk),
+                _ => DeviceRole::Spare,
+            },
+        }
+    }
+
     /// Sets what device `dev_number` is in this superblock's view of the array.
     pub fn set_device_role(&mut self, dev_number: u32, role: DeviceRole) {
         match self {

@@ -91,9 +91,13 @@ impl Array {
             return Some(JobKind::Recovery);
         }
         drop(meta);
-        // A degraded array cannot be resynced (there is nothing to compare against).
-        if self.resync_position() < self.sync_sectors() && self.missing_roles().is_empty() {
-            return Some(JobKind::Resync);
+        // md resyncs while some redundancy is left (RAID6 missing one, mirrors with two
+        // copies); without any there is nothing to compare, so the position jumps to the end.
+        if self.resync_position() < self.sync_sectors() {
+            if self.redundancy_left() {
+                return Some(JobKind::Resync);
+            }
+            self.resync_pos.store(MAX_SECTOR, Ordering::Release);
         }
         None
     }
@@ -118,12 +122,7 @@ impl Array {
             .collect();
         let Some(&role) = missing.iter().find(|r| !recovering_roles.contains(r)) else { return false };
         let Some(sp) = meta.devices.iter().position(|d| d.state == DeviceState::Spare) else { return false };
-        meta.devices[sp].state = DeviceState::Recovering { role, done: 0 };
-        let n = meta.devices[sp].sb.dev_number();
-        for d in meta.devices.iter_mut() {
-            d.sb.set_device_role(n, uraid_core::metadata::DeviceRole::Active(role as u32));
-        }
-        meta.devices[sp].sb.set_recovery_offset(Some(0));
+        super::assign_recovering(&mut meta, sp, role);
         self.rebuild_io_map(&meta);
         true
     }
@@ -154,6 +153,19 @@ impl Array {
 
     fn dirty_needed_for_sync(&self) -> bool {
         true
+    }
+
+    /// Whether a resync can still compare anything.
+    fn redundancy_left(&self) -> bool {
+        let missing = self.missing_roles().len();
+        let n = self.geometry.raid_disks();
+        match self.level {
+            uraid_core::geometry::Level::Raid4 | uraid_core::geometry::Level::Raid5 => missing == 0,
+            uraid_core::geometry::Level::Raid6 => missing <= 1,
+            uraid_core::geometry::Level::Raid1 => n - missing >= 2,
+            uraid_core::geometry::Level::Raid10 => n - missing >= 2,
+            _ => false,
+        }
     }
 
     /// Checks (or repairs) up to `max_sectors` from `from`; adds findings to `report`.
@@ -205,8 +217,7 @@ impl Array {
         // Checkpoint (md writes recovery_offset periodically; we do it every step).
         let mut meta = self.lock_meta();
         if done >= total {
-            meta.devices[device].state = DeviceState::InSync(role);
-            meta.devices[device].sb.set_recovery_offset(None);
+            super::assign_in_sync(&mut meta, device, role);
         } else {
             meta.devices[device].sb.set_recovery_offset(Some(done));
         }
@@ -288,8 +299,9 @@ impl Array {
                 let Some((bufs, missing, p_missing, q_missing)) = self.read_stripe_buffers_pub(&io, stripe, pos, pos + n) else {
                     return Err(EngineError::Failed(format!("stripe {stripe}: read failed")));
                 };
-                if !missing.is_empty() || p_missing || q_missing {
-                    return Ok(()); // degraded stripe: nothing to compare
+                let lost = missing.len() + p_missing as usize + q_missing as usize;
+                if lost > 0 {
+                    return self.sync_degraded_raid6(&io, &roles, pos, bufs, &missing, p_missing, q_missing, mode, report);
                 }
                 let h = bufs.p.len();
                 let mut p_new = vec![0u8; h];
@@ -346,6 +358,56 @@ impl Array {
             Geometry::Raid1 { .. } | Geometry::Raid10(_) => self.sync_mirrors(pos, n, mode, report),
             _ => Ok(()),
         }
+    }
+
+    /// A RAID6 stripe with one block missing still has one redundant block: md resyncs it.
+    /// A missing data block is taken from P (data and P are trusted, as md does), then the
+    /// surviving parity is recomputed from the data. With more missing, or on RAID4/5, there
+    /// is nothing left to compare.
+    #[allow(clippy::too_many_arguments)]
+    fn sync_degraded_raid6(
+        &self,
+        io: &super::IoMap,
+        roles: &uraid_core::geometry::StripeRoles,
+        pos: u64,
+        mut bufs: super::striped::StripeBuffers,
+        missing: &[usize],
+        p_missing: bool,
+        q_missing: bool,
+        mode: SyncMode,
+        report: &mut CheckReport,
+    ) -> Result<(), EngineError> {
+        let lost = missing.len() + p_missing as usize + q_missing as usize;
+        let (Some(qr), 1) = (roles.q, lost) else { return Ok(()) };
+        let h = bufs.p.len();
+        if let [j] = missing {
+            let mut refs: Vec<&mut [u8]> = bufs.data.iter_mut().map(|d| d.as_mut_slice()).collect();
+            if uraid_parity::recover_from_p(&mut refs, *j, &bufs.p).is_err() {
+                return Err(EngineError::Failed("degraded resync: parity shape".into()));
+            }
+        }
+        let mut p_new = vec![0u8; h];
+        let mut q_new = vec![0u8; h];
+        compute_parity(roles, &bufs.data, &mut p_new, Some(&mut q_new));
+        // The surviving parity block that data (and P) determine.
+        let (role, fresh, on_disk) = if q_missing {
+            (roles.p, &p_new, &bufs.p)
+        } else {
+            (qr, &q_new, bufs.q.as_ref().unwrap_or(&bufs.p))
+        };
+        let bad_rows = (0..h).step_by(ROW_BYTES).filter(|&r| fresh[r..(r + ROW_BYTES).min(h)] != on_disk[r..(r + ROW_BYTES).min(h)]).count() as u64;
+        if bad_rows == 0 {
+            return Ok(());
+        }
+        if mode != SyncMode::Resync {
+            report.mismatch_sectors += bad_rows * (ROW_BYTES as u64 / SECTOR_BYTES);
+            report.unattributed_rows += bad_rows;
+        }
+        if mode != SyncMode::Check {
+            self.write_members(io, &[(role, pos, fresh.as_slice())]);
+            report.repaired_rows += bad_rows;
+        }
+        Ok(())
     }
 
     /// Mirrors: compare each in-sync copy with the first readable one; rewrite on resync/repair.

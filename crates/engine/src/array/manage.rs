@@ -6,7 +6,7 @@ use crate::member::Member;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use uraid_core::metadata::add::spare_superblock;
-use uraid_core::metadata::{DeviceRole, MetadataVersion, Superblock};
+use uraid_core::metadata::{MetadataVersion, Superblock};
 
 impl Array {
     /// Writes a spare superblock (and the array's bitmap, if any) onto `member` and adds it.
@@ -56,9 +56,6 @@ impl Array {
             .write_at(&superblock_bytes(&sb), planned.superblock_offset_bytes)
             .and_then(|_| member.flush())
             .map_err(|e| EngineError::Invalid(format!("{}: {e}", member.label())))?;
-        for d in meta.devices.iter_mut() {
-            d.sb.set_device_role(dev_number, DeviceRole::Spare);
-        }
         meta.devices.push(Device {
             member,
             sb,
@@ -87,11 +84,7 @@ impl Array {
                 return Err(EngineError::Invalid(format!("{label} is {other:?}; fail it first (uraid fail)")));
             }
         }
-        let dev_number = meta.devices[idx].sb.dev_number();
         meta.devices.remove(idx);
-        for d in meta.devices.iter_mut() {
-            d.sb.set_device_role(dev_number, DeviceRole::Spare);
-        }
         if self.writable {
             let resync = if self.dirty.load(Ordering::Acquire) { 0 } else { self.resync_position() };
             self.persist(&mut meta, resync);

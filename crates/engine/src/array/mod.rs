@@ -155,6 +155,9 @@ fn exclusion_text(why: &Exclusion) -> String {
         Exclusion::ReportsNewestFailed { newest } => {
             format!("its superblock records member {newest} as failed (split brain); use --force to override")
         }
+        Exclusion::RecordedFailedByNewest { newest } => {
+            format!("the newest member (#{newest}) records it as failed; re-add it to rebuild it")
+        }
         Exclusion::Duplicate { role, kept } => format!("another member (#{kept}) with more events claims role {role}"),
         Exclusion::DeviceTooSmall { needed_bytes, device_size_bytes } => {
             format!("device too small: {device_size_bytes} bytes, its superblock needs {needed_bytes} (truncated?)")
@@ -388,10 +391,12 @@ impl Array {
             // Bits are cleared only when the array becomes clean with every write flushed.
             self.bitmap_sync_events(meta, events, resync_offset == MAX_SECTOR);
             let mut newly_failed = Vec::new();
+            let table = role_table(meta);
             for (i, d) in meta.devices.iter_mut().enumerate() {
                 if d.state == DeviceState::Faulty {
                     continue;
                 }
+                d.sb.set_role_table(&table);
                 d.sb.set_array_state(events, resync_offset, now);
                 let bytes = superblock_bytes(&d.sb);
                 if d.member.write_at(&bytes, d.sb_offset).and_then(|_| d.member.flush()).is_err() {
@@ -497,19 +502,10 @@ impl Array {
             _ => None,
         };
         meta.devices[device].state = DeviceState::Faulty;
-        let dev_number = meta.devices[device].sb.dev_number();
-        for d in meta.devices.iter_mut() {
-            d.sb.set_device_role(dev_number, DeviceRole::Faulty);
-        }
         // Take a spare for the role, as md does with a hot spare.
         if let Some(role) = role {
             if let Some(sp) = meta.devices.iter().position(|d| d.state == DeviceState::Spare) {
-                meta.devices[sp].state = DeviceState::Recovering { role, done: 0 };
-                let n = meta.devices[sp].sb.dev_number();
-                for d in meta.devices.iter_mut() {
-                    d.sb.set_device_role(n, DeviceRole::Active(role as u32));
-                }
-                meta.devices[sp].sb.set_recovery_offset(Some(0));
+                assign_recovering(meta, sp, role);
             }
         }
         if !self.can_serve(meta) {
@@ -797,6 +793,39 @@ impl Drop for Array {
         // Best effort: a dropped writable array is closed cleanly if it can be.
         let _ = self.close();
     }
+}
+
+/// The role table every superblock carries, derived from the devices' states (md's
+/// `super_1_sync`): in-sync and recovering members hold their role (0.90 cannot record a
+/// partial rebuild, so there a recovering member stays a spare until it is complete), failed
+/// ones are faulty, spares spare; devices no longer in the array are spares by omission.
+fn role_table(meta: &Meta) -> Vec<(u32, DeviceRole)> {
+    meta.devices
+        .iter()
+        .map(|d| {
+            let v1 = matches!(d.sb, Superblock::V1(_));
+            let role = match d.state {
+                DeviceState::InSync(r) => DeviceRole::Active(r as u32),
+                DeviceState::Recovering { role, .. } if v1 => DeviceRole::Active(role as u32),
+                DeviceState::Recovering { .. } | DeviceState::Spare => DeviceRole::Spare,
+                DeviceState::Faulty => DeviceRole::Faulty,
+            };
+            (d.sb.dev_number(), role)
+        })
+        .collect()
+}
+
+/// Makes device `sp` the recovery target of `role` (the role table follows at the next
+/// superblock update, see [`role_table`]).
+fn assign_recovering(meta: &mut Meta, sp: usize, role: usize) {
+    meta.devices[sp].state = DeviceState::Recovering { role, done: 0 };
+    meta.devices[sp].sb.set_recovery_offset(Some(0));
+}
+
+/// Records device `device` as in sync for `role` in every superblock (end of a rebuild).
+fn assign_in_sync(meta: &mut Meta, device: usize, role: usize) {
+    meta.devices[device].state = DeviceState::InSync(role);
+    meta.devices[device].sb.set_recovery_offset(None);
 }
 
 /// The bytes of a superblock as written on disk (whole sectors).

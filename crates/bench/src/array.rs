@@ -1,0 +1,272 @@
+//! In-process array workloads over file-backed members, each next to the same work done on
+//! one plain file in the same folder, measured in the same run (the peer):
+//! - `seq-write` / `seq-read`: sequential requests of ~1 MiB (rounded to whole stripes, so
+//!   RAID4/5/6 writes are full-stripe writes), data bytes per second;
+//! - `degraded-read`: the same read with one member failed (RAID6: two);
+//! - `recovery`: rebuilding a fresh spare, against reading the surviving members' data
+//!   areas alone (the floor any rebuild has to pay).
+//! Arrays are created `--assume-clean` on zeroed sparse files, so no initial sync runs.
+
+use serde::Serialize;
+use std::fs::OpenOptions;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+use uraid_core::geometry::Level;
+use uraid_core::metadata::create::{plan_create, CreateRequest, InitialSync, NewDevice};
+use uraid_core::metadata::sb1::MdTime;
+use uraid_engine::array::JobKind;
+use uraid_engine::{Array, ArrayOptions, FileMember, Member};
+
+#[derive(Clone, Debug)]
+pub struct ArrayBenchConfig {
+    pub dir: PathBuf,
+    pub levels: Vec<Level>,
+    pub members: usize,
+    pub chunk_bytes: u32,
+    /// Bytes each workload moves.
+    pub data_bytes: u64,
+    pub workloads: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ArrayRecord {
+    pub level: String,
+    pub members: usize,
+    pub chunk_bytes: u32,
+    pub workload: String,
+    pub request_bytes: u64,
+    pub bytes: u64,
+    pub mb_per_s: f64,
+    /// The same bytes on one plain file in the same folder (recovery: reading the survivors).
+    pub peer_mb_per_s: f64,
+    pub ratio: f64,
+}
+
+/// Members needed for `level` to hold data: md's minimums.
+pub fn members_for(level: Level, wanted: usize) -> usize {
+    match level {
+        Level::Raid6 => wanted.max(4),
+        Level::Raid4 | Level::Raid5 => wanted.max(3),
+        _ => wanted.max(2),
+    }
+}
+
+fn data_disks(level: Level, n: usize) -> usize {
+    match level {
+        Level::Raid1 => 1,
+        Level::Raid4 | Level::Raid5 => n - 1,
+        Level::Raid6 => n - 2,
+        Level::Raid10 => n / 2,
+        _ => n,
+    }
+}
+
+struct Built {
+    array: Array,
+    paths: Vec<PathBuf>,
+    member_bytes: u64,
+}
+
+fn build(dir: &Path, level: Level, n: usize, chunk: u32, data_bytes: u64) -> Result<Built, String> {
+    let dd = data_disks(level, n) as u64;
+    // Room for the data plus md's 1 MiB-ish metadata headroom (data offset up to 128 MiB is
+    // chosen from the size; small members get a small offset).
+    let member_bytes = (data_bytes / dd + (8 << 20)).div_ceil(1 << 20) << 20;
+    let mut paths = Vec::new();
+    for i in 0..n {
+        let p = dir.join(format!("{level}-{i}.img"));
+        let f = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&p).map_err(|e| e.to_string())?;
+        f.set_len(member_bytes).map_err(|e| e.to_string())?;
+        paths.push(p);
+    }
+    let mut req = CreateRequest::new(
+        level,
+        format!("bench-{level}"),
+        (0..n).map(|i| Some(NewDevice { size_bytes: member_bytes, device_uuid: [i as u8 + 1; 16] })).collect(),
+        [7; 16],
+        MdTime::from_parts(1_700_000_000, 0),
+    );
+    if level != Level::Raid1 {
+        req.chunk_bytes = Some(chunk);
+    }
+    req.initial_sync = InitialSync::AssumeClean;
+    let plan = plan_create(&req).map_err(|e| e.to_string())?;
+    let members: Vec<Arc<dyn Member>> =
+        paths.iter().map(|p| FileMember::open(p, true).map(|m| Arc::new(m) as Arc<dyn Member>)).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+    let opt: Vec<Option<Arc<dyn Member>>> = members.iter().cloned().map(Some).collect();
+    uraid_engine::create::write_plan(&plan, &opt, &[]).map_err(|e| e.to_string())?;
+    let (array, _) = Array::assemble(members, &ArrayOptions { writable: true, ..Default::default() }).map_err(|e| e.to_string())?;
+    Ok(Built { array, paths, member_bytes })
+}
+
+/// ~1 MiB, rounded to a whole number of data stripes (full-stripe writes on parity levels).
+fn request_bytes(level: Level, n: usize, chunk: u32) -> u64 {
+    let stripe = match level {
+        Level::Raid4 | Level::Raid5 | Level::Raid6 => data_disks(level, n) as u64 * chunk as u64,
+        _ => 1 << 20,
+    };
+    ((1u64 << 20) / stripe).max(1) * stripe
+}
+
+fn mbs(bytes: u64, secs: f64) -> f64 {
+    bytes as f64 / secs.max(1e-9) / 1e6
+}
+
+/// The peer: the same requests on one plain file in `dir`.
+fn peer_file(dir: &Path, total: u64, req: u64, buf: &mut [u8]) -> Result<(f64, f64), String> {
+    let p = dir.join("peer.img");
+    let f = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&p).map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    let mut at = 0;
+    while at < total {
+        let n = req.min(total - at) as usize;
+        f.write_all_at(&buf[..n], at).map_err(|e| e.to_string())?;
+        at += n as u64;
+    }
+    f.sync_data().map_err(|e| e.to_string())?;
+    let w = mbs(total, t.elapsed().as_secs_f64());
+    let t = Instant::now();
+    at = 0;
+    while at < total {
+        let n = req.min(total - at) as usize;
+        f.read_exact_at(&mut buf[..n], at).map_err(|e| e.to_string())?;
+        at += n as u64;
+    }
+    let r = mbs(total, t.elapsed().as_secs_f64());
+    drop(f);
+    let _ = std::fs::remove_file(&p);
+    Ok((w, r))
+}
+
+pub fn run(cfg: &ArrayBenchConfig, progress: &mut dyn FnMut(&str)) -> Result<Vec<ArrayRecord>, String> {
+    let mut out = Vec::new();
+    let want = |w: &str| cfg.workloads.is_empty() || cfg.workloads.iter().any(|x| x == w);
+    for &level in &cfg.levels {
+        let n = members_for(level, cfg.members);
+        progress(&format!("{level}: {n} members, creating"));
+        let built = build(&cfg.dir, level, n, cfg.chunk_bytes, cfg.data_bytes)?;
+        let a = &built.array;
+        let total = cfg.data_bytes.min(a.size_bytes());
+        let req = request_bytes(level, n, cfg.chunk_bytes);
+        let total = total / req * req;
+        let mut buf = vec![0u8; req as usize];
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = (i * 7 + 3) as u8;
+        }
+        let (peer_w, peer_r) = peer_file(&cfg.dir, total, req, &mut buf)?;
+        let mut record = |workload: &str, mb: f64, peer: f64| {
+            out.push(ArrayRecord {
+                level: level.to_string(),
+                members: n,
+                chunk_bytes: cfg.chunk_bytes,
+                workload: workload.into(),
+                request_bytes: req,
+                bytes: total,
+                mb_per_s: mb,
+                peer_mb_per_s: peer,
+                ratio: mb / peer.max(1e-9),
+            })
+        };
+        progress(&format!("{level}: sequential write"));
+        let t = Instant::now();
+        let mut at = 0;
+        while at < total {
+            a.write(at, &buf).map_err(|e| e.to_string())?;
+            at += req;
+        }
+        a.flush().map_err(|e| e.to_string())?;
+        if want("seq-write") {
+            record("seq-write", mbs(total, t.elapsed().as_secs_f64()), peer_w);
+        }
+        let read_all = |a: &Array, buf: &mut [u8]| -> Result<f64, String> {
+            let t = Instant::now();
+            let mut at = 0;
+            while at < total {
+                a.read(at, buf).map_err(|e| e.to_string())?;
+                at += req;
+            }
+            Ok(mbs(total, t.elapsed().as_secs_f64()))
+        };
+        progress(&format!("{level}: sequential read"));
+        let r = read_all(a, &mut buf)?;
+        if want("seq-read") {
+            record("seq-read", r, peer_r);
+        }
+        let redundant = !matches!(level, Level::Linear | Level::Raid0);
+        if redundant && (want("degraded-read") || want("recovery")) {
+            let lose: Vec<usize> = if level == Level::Raid6 { vec![0, 1] } else { vec![0] };
+            for &r in &lose {
+                a.fail_role(r).map_err(|e| e.to_string())?;
+            }
+            progress(&format!("{level}: degraded read ({} lost)", lose.len()));
+            let r = read_all(a, &mut buf)?;
+            if want("degraded-read") {
+                record(&format!("degraded-read-{}", lose.len()), r, peer_r);
+            }
+            if want("recovery") {
+                // Peer: read every surviving member's data area once, as a rebuild must.
+                let survivors: Vec<&PathBuf> = built.paths.iter().enumerate().filter(|(i, _)| !lose.contains(i)).map(|(_, p)| p).collect();
+                let sync_bytes = a.sync_sectors() * 512;
+                let t = Instant::now();
+                let mut big = vec![0u8; 1 << 20];
+                for p in &survivors {
+                    let f = std::fs::File::open(p).map_err(|e| e.to_string())?;
+                    let mut at = 0u64;
+                    while at < sync_bytes {
+                        let n = (1u64 << 20).min(sync_bytes - at) as usize;
+                        f.read_exact_at(&mut big[..n], (1 << 20) + at).map_err(|e| e.to_string())?;
+                        at += n as u64;
+                    }
+                }
+                let peer_secs = t.elapsed().as_secs_f64();
+                // Rebuild one lost member onto a fresh spare.
+                let sp = cfg.dir.join(format!("{level}-spare.img"));
+                let f = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&sp).map_err(|e| e.to_string())?;
+                f.set_len(built.member_bytes).map_err(|e| e.to_string())?;
+                drop(f);
+                let spare: Arc<dyn Member> = Arc::new(FileMember::open(&sp, true).map_err(|e| e.to_string())?);
+                a.add_device(spare, [0x55; 16]).map_err(|e| e.to_string())?;
+                progress(&format!("{level}: recovery onto a spare"));
+                let t = Instant::now();
+                while a.pending_job() == Some(JobKind::Recovery) {
+                    a.recovery_step(8 << 11).map_err(|e| e.to_string())?;
+                }
+                let secs = t.elapsed().as_secs_f64();
+                let survivor_bytes = sync_bytes * survivors.len() as u64;
+                // Both as MB/s of surviving data read: ratio = peer time / our time.
+                record("recovery", mbs(survivor_bytes, secs), mbs(survivor_bytes, peer_secs));
+                let _ = std::fs::remove_file(&sp);
+            }
+        }
+        built.array.close().map_err(|e| e.to_string())?;
+        drop(built.array);
+        for p in &built.paths {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+    Ok(out)
+}
+
+/// Human table.
+pub fn render(records: &[ArrayRecord], backing: &str) -> String {
+    use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header(vec!["level", "members", "chunk", "workload", "request", "MB/s", "peer MB/s", "ratio"]);
+    for r in records {
+        let right = |s: String| Cell::new(s).set_alignment(CellAlignment::Right);
+        t.add_row(vec![
+            Cell::new(&r.level),
+            right(r.members.to_string()),
+            right(format!("{}K", r.chunk_bytes / 1024)),
+            Cell::new(&r.workload),
+            right(format!("{}K", r.request_bytes / 1024)),
+            right(format!("{:.0}", r.mb_per_s)),
+            right(format!("{:.0}", r.peer_mb_per_s)),
+            right(format!("{:.2}×", r.ratio)),
+        ]);
+    }
+    format!("In-process arrays, members as files on {backing}; peer = one plain file there (recovery: reading the survivors)\n{t}\n")
+}

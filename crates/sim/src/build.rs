@@ -1,0 +1,86 @@
+//! Arrays created on SimDisks with the real create planner, for tests that build a
+//! scenario by hand (the episode runner has its own, seeded, variant).
+
+use crate::disk::SimDisk;
+use std::sync::Arc;
+use uraid_core::geometry::Level;
+use uraid_core::metadata::create::{plan_create, CreateRequest, InitialSync, NewDevice};
+use uraid_core::metadata::sb1::MdTime;
+use uraid_core::metadata::MetadataVersion;
+use uraid_engine::{Array, ArrayOptions, AssemblyReport, EngineError, Member};
+
+/// Shape of a hand-built array.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub level: Level,
+    pub disks: usize,
+    pub spares: usize,
+    pub layout: Option<u32>,
+    pub chunk_kib: u32,
+    pub member_bytes: u64,
+    pub metadata: MetadataVersion,
+    pub sync: InitialSync,
+}
+
+impl Spec {
+    pub fn new(level: Level, disks: usize) -> Spec {
+        Spec {
+            level,
+            disks,
+            spares: 0,
+            layout: None,
+            chunk_kib: 64,
+            member_bytes: 4 << 20,
+            metadata: MetadataVersion::V1_2,
+            sync: InitialSync::AssumeClean,
+        }
+    }
+}
+
+/// Creates the array; returns members then spares, labelled d0, d1, ...
+pub fn create(spec: &Spec) -> Result<Vec<Arc<SimDisk>>, String> {
+    let n = spec.disks + spec.spares;
+    let disks: Vec<Arc<SimDisk>> =
+        (0..n).map(|i| Arc::new(SimDisk::new(format!("d{i}"), spec.member_bytes, 1000 + i as u64))).collect();
+    let new = |i: usize| NewDevice { size_bytes: spec.member_bytes, device_uuid: [i as u8 + 1; 16] };
+    let mut req = CreateRequest::new(
+        spec.level,
+        "sim",
+        (0..spec.disks).map(|i| Some(new(i))).collect(),
+        [0x5a; 16],
+        MdTime::from_parts(1_700_000_000, 0),
+    );
+    req.spares = (0..spec.spares).map(|i| new(100 + i)).collect();
+    req.layout = spec.layout;
+    req.metadata = spec.metadata;
+    if spec.level != Level::Raid1 {
+        req.chunk_bytes = Some(spec.chunk_kib * 1024);
+    }
+    req.initial_sync = spec.sync;
+    let plan = plan_create(&req).map_err(|e| e.to_string())?;
+    let m: Vec<Option<Arc<dyn Member>>> = disks[..spec.disks].iter().map(|d| Some(d.clone() as Arc<dyn Member>)).collect();
+    let s: Vec<Arc<dyn Member>> = disks[spec.disks..].iter().map(|d| d.clone() as Arc<dyn Member>).collect();
+    uraid_engine::create::write_plan(&plan, &m, &s).map_err(|e| e.to_string())?;
+    Ok(disks)
+}
+
+/// Assembles writable from `disks` (`--run`, optionally `--force`).
+pub fn assemble(disks: &[Arc<SimDisk>], force: bool) -> Result<(Array, AssemblyReport), EngineError> {
+    let devices: Vec<Arc<dyn Member>> = disks.iter().map(|d| d.clone() as Arc<dyn Member>).collect();
+    let mut opts = ArrayOptions { writable: true, ..Default::default() };
+    opts.assemble.run = true;
+    opts.assemble.force = force;
+    Array::assemble(devices, &opts)
+}
+
+/// Power loss under a running array: caches dropped, the array dropped while the disks are
+/// off (so its best-effort close cannot write), then power back.
+pub fn crash(array: Array, disks: &[Arc<SimDisk>]) {
+    for d in disks {
+        d.crash();
+    }
+    drop(array);
+    for d in disks {
+        d.power_on();
+    }
+}

@@ -1,0 +1,12 @@
+//! Deterministic simulation of uraid: the real engine over fault-injecting in-memory disks,
+//! driven by one seed and checked against a plain model (see README.md).
+
+pub mod build;
+pub mod disk;
+pub mod episode;
+pub mod model;
+pub mod prng;
+
+pub use disk::{CrashOutcome, OpCounters, SimDisk};
+pub use episode::{run_seed, Config, Failure, KnownBugs, Limits, Outcome};
+pub use prng::Prng;
