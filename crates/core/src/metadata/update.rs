@@ -65,6 +65,70 @@ impl Superblock {
         self.update_checksum();
     }
 
+    /// 0.90's role table, numbered as md's `super_90_sync` numbers it: an in-sync member's
+    /// descriptor is its role (mdadm reads "slot i is working" from descriptor i), every
+    /// other device gets a descriptor from `raid_disks` upwards, and empty slots are recorded
+    /// removed+faulty. `roles[i]` is device i's role; this superblock belongs to `me`.
+    /// Does nothing on 1.x superblocks.
+    pub fn set_role_table_090(&mut self, roles: &[DeviceRole], me: usize) {
+        let Superblock::V090(sb) = self else { return };
+        let raid_disks = sb.raid_disks;
+        let mut next_spare = raid_disks;
+        let mut descs = Vec::with_capacity(roles.len());
+        for role in roles {
+            descs.push(match role {
+                DeviceRole::Active(r) if *r < raid_disks => *r,
+                _ => {
+                    next_spare += 1;
+                    next_spare - 1
+                }
+            });
+        }
+        for d in sb.disks.iter_mut() {
+            *d = DiskDescriptor090::empty();
+        }
+        let (mut active, mut failed, mut spare) = (0u32, 0u32, 0u32);
+        for (role, &desc) in roles.iter().zip(&descs) {
+            let Some(d) = sb.disks.get_mut(desc as usize) else { continue };
+            d.number = desc;
+            match role {
+                DeviceRole::Active(r) if *r < raid_disks => {
+                    d.raid_disk = *r;
+                    d.state = DiskDescriptor090::STATE_ACTIVE | DiskDescriptor090::STATE_SYNC;
+                    active += 1;
+                }
+                DeviceRole::Faulty => {
+                    d.raid_disk = desc;
+                    d.state = DiskDescriptor090::STATE_FAULTY;
+                    failed += 1;
+                }
+                _ => {
+                    d.raid_disk = desc;
+                    d.state = 0;
+                    spare += 1;
+                }
+            }
+        }
+        for i in 0..raid_disks.min(sb.disks.len() as u32) {
+            let d = &mut sb.disks[i as usize];
+            if d.state == 0 && d.number == 0 && !roles.iter().zip(&descs).any(|(_, &desc)| desc == i) {
+                d.number = i;
+                d.raid_disk = i;
+                d.state = DiskDescriptor090::STATE_REMOVED | DiskDescriptor090::STATE_FAULTY;
+                failed += 1;
+            }
+        }
+        sb.nr_disks = active + spare + failed;
+        sb.active_disks = active;
+        sb.working_disks = active + spare;
+        sb.failed_disks = failed;
+        sb.spare_disks = spare;
+        if let Some(&desc) = descs.get(me) {
+            sb.this_disk = sb.disks[desc as usize].clone();
+        }
+        self.update_checksum();
+    }
+
     /// What this superblock says device `dev_number` is.
     pub fn role_of_device(&self, dev_number: u32) -> DeviceRole {
         match self {
@@ -187,5 +251,28 @@ mod tests {
         assert_eq!(decoded.recovery_offset(), Some(64));
         sb.set_array_state(8, MAX_SECTOR, 1001);
         assert!(sb.is_clean());
+    }
+
+    #[test]
+    fn sb090_descriptors_follow_md_numbering() {
+        use crate::metadata::create::{plan_create, CreateRequest, NewDevice};
+        use crate::geometry::Level;
+        let dev = |i: u8| Some(NewDevice { size_bytes: 8 << 20, device_uuid: [i; 16] });
+        let mut req = CreateRequest::new(Level::Raid1, "x", vec![dev(1), dev(2), dev(3)], [1; 16], MdTime::from_parts(1, 0));
+        req.metadata = crate::metadata::MetadataVersion::V0_90;
+        let plan = plan_create(&req).expect("plan");
+        let mut sb = plan.devices[0].superblock.clone();
+        // Old member 1 failed; a spare (device 3) rebuilt role 1.
+        let roles = [DeviceRole::Active(0), DeviceRole::Faulty, DeviceRole::Active(2), DeviceRole::Active(1)];
+        sb.set_role_table_090(&roles, 3);
+        let Superblock::V090(s) = &sb else { unreachable!() };
+        for r in 0..3u32 {
+            let d = &s.disks[r as usize];
+            assert_eq!((d.number, d.raid_disk), (r, r), "slot {r} must be described at index {r}");
+            assert!(d.state & DiskDescriptor090::STATE_SYNC != 0);
+        }
+        assert_eq!(s.disks[3].state, DiskDescriptor090::STATE_FAULTY);
+        assert_eq!((s.this_disk.number, s.this_disk.raid_disk), (1, 1), "the rebuilt spare is now descriptor 1");
+        assert_eq!(sb.active_roles(), vec![true, true, true]);
     }
 }

@@ -392,11 +392,15 @@ impl Array {
             self.bitmap_sync_events(meta, events, resync_offset == MAX_SECTOR);
             let mut newly_failed = Vec::new();
             let table = role_table(meta);
+            let roles: Vec<DeviceRole> = table.iter().map(|(_, r)| *r).collect();
             for (i, d) in meta.devices.iter_mut().enumerate() {
                 if d.state == DeviceState::Faulty {
                     continue;
                 }
-                d.sb.set_role_table(&table);
+                match d.sb {
+                    Superblock::V1(_) => d.sb.set_role_table(&table),
+                    Superblock::V090(_) => d.sb.set_role_table_090(&roles, i),
+                }
                 d.sb.set_array_state(events, resync_offset, now);
                 let bytes = superblock_bytes(&d.sb);
                 if d.member.write_at(&bytes, d.sb_offset).and_then(|_| d.member.flush()).is_err() {
