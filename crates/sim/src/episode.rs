@@ -13,8 +13,8 @@
 //! (e) after a rebuild, check finds no mismatch and losing another member still reads back
 //!     the model;
 //! plus: a dirty degraded RAID4/5/6 is refused without --force; writes since the last
-//! clean mark leave the superblocks dirty; the array never declares failure while losses
-//! are within its tolerance, and does when they exceed it.
+//! clean mark leave the superblocks dirty (while redundancy remains); the array never
+//! declares failure while losses are within its tolerance, and does when they exceed it.
 
 use crate::disk::SimDisk;
 use crate::model::{Model, SECTOR};
@@ -40,40 +40,8 @@ pub struct Limits {
     pub ops: (u64, u64),
     /// Levels to draw from (repeats weigh).
     pub levels: Vec<Level>,
-    /// Work around engine bugs already reported, so a run can look past them.
-    pub known_bugs: KnownBugs,
     /// Command-line flags that select these limits (for the reproduce line).
     pub cli_flags: String,
-}
-
-/// Engine bugs found by the simulator and not yet fixed (README.md, "Known engine bugs").
-/// Each flag steers around or tolerates one of them; all false = strict.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct KnownBugs {
-    /// Bug A: a member failed at events N-1 is re-admitted as in sync at assembly. When set,
-    /// restarts do not give disks the array recorded as faulty (an admin would remove them).
-    pub readmits_failed_member: bool,
-    /// Bug B: a degraded array is never resynced (`pending_job` refuses), although md
-    /// resyncs RAID6 missing one member and mirrors with two copies left. When set, sectors
-    /// whose redundancy may be stale after a crash (written since the last flush, in a
-    /// stripe for parity levels) are tolerated if a later loss exposes them, until a resync
-    /// completes.
-    pub degraded_never_resyncs: bool,
-    /// Bug D: a resync step that meets a degraded stripe (a member failed during the
-    /// resync) counts it as synced, so after the rebuild RAID6's Q (or P) of stripes past
-    /// the failure still disagrees with the data. When set, a restart during which a
-    /// member failed repairs instead of checking.
-    pub resync_skips_degraded_stripes: bool,
-    /// Bug C: with 0.90 metadata a member being rebuilt is recorded active and in sync, so
-    /// after a restart its unrebuilt part is served as data. When set, such a disk is
-    /// removed (not given to assembly) at a restart.
-    pub v090_recovering_member_in_sync: bool,
-}
-
-impl KnownBugs {
-    pub fn all() -> KnownBugs {
-        KnownBugs { readmits_failed_member: true, degraded_never_resyncs: true, resync_skips_degraded_stripes: true, v090_recovering_member_in_sync: true }
-    }
 }
 
 impl Limits {
@@ -83,7 +51,6 @@ impl Limits {
             member_mib: (2, 3),
             ops: (12, 30),
             levels: vec![Level::Raid1, Level::Raid5, Level::Raid6, Level::Raid10],
-            known_bugs: KnownBugs::default(),
             cli_flags: " --quick".into(),
         }
     }
@@ -95,16 +62,8 @@ impl Limits {
             member_mib: (2, 8),
             ops: (40, 160),
             levels: vec![Raid1, Raid1, Raid5, Raid5, Raid5, Raid6, Raid6, Raid6, Raid10, Raid10, Raid0, Raid4, Linear],
-            known_bugs: KnownBugs::default(),
             cli_flags: String::new(),
         }
-    }
-
-    /// The same limits, steering around every known engine bug.
-    pub fn tolerating_known_bugs(mut self) -> Limits {
-        self.known_bugs = KnownBugs::all();
-        self.cli_flags.push_str(" --tolerate-known-bugs");
-        self
     }
 }
 
@@ -211,7 +170,7 @@ impl Config {
 #[derive(Debug, Clone)]
 pub struct Failure {
     pub seed: u64,
-    /// Flags to pass with `--seed` to replay (limits and tolerated bugs).
+    /// Flags to pass with `--seed` to replay (the limits, e.g. ` --quick`).
     pub flags: String,
     pub config: String,
     pub message: String,
@@ -271,7 +230,6 @@ pub fn run_seed(seed: u64, limits: &Limits, verbose: bool) -> Result<Outcome, Fa
         println!("seed {seed}: {cfg}");
     }
     let mut sim = Sim::new(seed, cfg, rng, verbose);
-    sim.known = limits.known_bugs;
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sim.run()));
     let message = match result {
         Ok(Ok(())) => return Ok(sim.stats.clone()),
@@ -309,11 +267,6 @@ struct Sim {
     stats: Outcome,
     op_index: u64,
     array_uuid: [u8; 16],
-    known: KnownBugs,
-    /// Array sectors whose redundancy may be stale (bug B); empty unless tolerated.
-    suspect: BTreeSet<u64>,
-    /// Disks never given to assembly again (bug A workaround).
-    retired: BTreeSet<usize>,
 }
 
 impl Sim {
@@ -335,9 +288,6 @@ impl Sim {
             writes_since_clean: false,
             op_index: 0,
             array_uuid,
-            known: KnownBugs::default(),
-            suspect: BTreeSet::new(),
-            retired: BTreeSet::new(),
         }
     }
 
@@ -571,7 +521,7 @@ impl Sim {
         self.log(format!("read {len}@{off}"));
         let mut buf = vec![0u8; len as usize];
         self.arr().read(off, &mut buf).map_err(|e| format!("read {len}@{off} failed: {e}"))?;
-        if let Some(s) = self.compare(off, &buf) {
+        if let Some(s) = self.model.first_difference(off, &buf) {
             return Err(format!("(a/d) read {len}@{off}: sector {s} differs from the last write ({})", self.describe_sector(s)));
         }
         Ok(())
@@ -769,9 +719,6 @@ impl Sim {
             }
         }
         missing_seen.extend(a.missing_roles());
-        if a.resync_position() == MAX_SECTOR && a.missing_roles().is_empty() {
-            self.suspect.clear();
-        }
         if budget.is_none() && steps > 0 {
             self.log(format!("jobs done after {steps} steps; missing roles {:?}", a.missing_roles()));
         }
@@ -787,7 +734,7 @@ impl Sim {
     fn verify_full(&mut self, what: &str) -> Check {
         self.log(what.to_string());
         let image = self.read_all()?;
-        if let Some(s) = self.compare(0, &image) {
+        if let Some(s) = self.model.first_difference(0, &image) {
             return Err(format!("{what}: sector {s} differs from the model ({})", self.describe_sector(s)));
         }
         Ok(())
@@ -814,14 +761,19 @@ impl Sim {
                 states[i] = Some(info.state);
             }
         }
-        if self.known.readmits_failed_member {
-            // Bug A workaround: a disk once failed is removed for good, as `mdadm --remove`.
-            self.retired.extend((0..self.disks.len()).filter(|&i| states[i] == Some(DeviceState::Faulty)));
-        }
-        if self.known.v090_recovering_member_in_sync && self.cfg.metadata == MetadataVersion::V0_90 {
-            self.retired.extend((0..self.disks.len()).filter(|&i| matches!(states[i], Some(DeviceState::Recovering { .. }))));
-        }
         let geometry: Geometry = old.geometry().clone();
+        // With no redundancy left there is nothing a resync could fix, so the engine may
+        // record the array clean (md likewise has nothing to resync); the dirty-flag
+        // invariant below only applies while redundancy remains.
+        let missing_now = old.missing_roles().len();
+        let redundancy_left = match old.level() {
+            uraid_core::geometry::Level::Raid4 | uraid_core::geometry::Level::Raid5 => missing_now == 0,
+            uraid_core::geometry::Level::Raid6 => missing_now <= 1,
+            uraid_core::geometry::Level::Raid1 | uraid_core::geometry::Level::Raid10 => {
+                old.geometry().raid_disks() - missing_now >= 2
+            }
+            _ => false,
+        };
         let pending_sectors: Vec<u64> = self.model.pending_sectors().collect();
         if crash {
             self.stats.crashes += 1;
@@ -845,10 +797,7 @@ impl Sim {
         }
 
         // What an administrator gives: every disk of the array that still answers.
-        let mut given: Vec<usize> = (0..self.disks.len())
-            .filter(|&i| !self.disks[i].is_dead())
-            .filter(|&i| !self.retired.contains(&i))
-            .collect();
+        let mut given: Vec<usize> = (0..self.disks.len()).filter(|&i| !self.disks[i].is_dead()).collect();
         let mut newest: Option<(u64, bool)> = None;
         for &i in &given {
             if let Some((_, sb)) = uraid_engine::scan::probe(self.disks[i].as_ref()).best() {
@@ -859,7 +808,7 @@ impl Sim {
         }
         given.retain(|&i| !self.disks[i].is_dead());
         let dirty = newest.is_some_and(|(_, clean)| !clean);
-        if self.cfg.is_redundant() && self.writes_since_clean && !dirty {
+        if self.cfg.is_redundant() && redundancy_left && self.writes_since_clean && !dirty {
             return Err("superblocks say clean although data was written since the last clean mark".into());
         }
 
@@ -917,87 +866,16 @@ impl Sim {
             return Err("clean shutdown, yet assembly asks for a resync".into());
         }
         a.start_recovery_if_possible();
-        let faulty_before_jobs = self.faulty_count();
         self.run_jobs(&mut missing_seen, None)?;
-        if self.known.resync_skips_degraded_stripes && self.faulty_count() > faulty_before_jobs && self.cfg.is_parity() {
-            self.repair_all("known bug D: a member failed during resync; repair instead of check")?;
-        }
         // md writes its superblocks with a flush when a resync ends; the model's "flushed"
         // values after restart assume the same.
         a.flush().map_err(|e| format!("flush after restart: {e}"))?;
         if crash {
             self.verify_after_crash(&geometry, &pending_sectors, &missing_seen)?;
-            if self.known.degraded_never_resyncs && a.resync_position() != MAX_SECTOR {
-                self.add_suspects(&geometry, &pending_sectors);
-            }
         } else {
             self.verify_full("read after clean restart")?;
         }
         self.check_if_synced("after restart")
-    }
-
-    /// Bug B: after a crash the redundancy of these sectors may disagree with their data,
-    /// and no resync will run while the array is degraded.
-    fn add_suspects(&mut self, geometry: &Geometry, pending: &[u64]) {
-        let stripes: BTreeSet<u64> = pending
-            .iter()
-            .filter_map(|&s| match geometry.locate(s).map(|p| p.placement) {
-                Ok(Placement::Striped(loc)) => Some(loc.stripe),
-                _ => None,
-            })
-            .collect();
-        if stripes.is_empty() {
-            self.suspect.extend(pending.iter().copied());
-        } else {
-            for s in 0..(self.model.size() / SECTOR) as u64 {
-                if let Ok(Placement::Striped(loc)) = geometry.locate(s).map(|p| p.placement) {
-                    if stripes.contains(&loc.stripe) {
-                        self.suspect.insert(s);
-                    }
-                }
-            }
-        }
-        self.log(format!("known bug B: {} sectors left with unsynced redundancy", self.suspect.len()));
-    }
-
-    /// Compares `got` (read at `offset`) with the model; mismatches in suspect sectors are
-    /// tolerated (bug B) and taken as the new truth. Returns the first intolerable sector.
-    fn compare(&mut self, offset: u64, got: &[u8]) -> Option<u64> {
-        loop {
-            let s = self.model.first_difference(offset, got)?;
-            if !self.suspect.contains(&s) {
-                return Some(s);
-            }
-            // Adopt this sector's value (whole sectors only: reads here are sector-aligned
-            // or the difference is inside the read range anyway).
-            let lo = (s * SECTOR as u64).max(offset);
-            let hi = ((s + 1) * SECTOR as u64).min(offset + got.len() as u64);
-            let part = &got[(lo - offset) as usize..(hi - offset) as usize];
-            self.log(format!("known bug B: sector {s} changed after a loss (tolerated)"));
-            self.model.write(lo, part);
-            self.model.flush();
-        }
-    }
-
-    fn repair_all(&mut self, why: &str) -> Check {
-        let a = self.arr();
-        if a.resync_position() != MAX_SECTOR {
-            return Ok(());
-        }
-        self.log(why.to_string());
-        self.writes_since_clean = true;
-        let mut report = CheckReport::default();
-        let mut pos = 0;
-        while pos < a.sync_sectors() {
-            match a.check_step(pos, 1 << 14, true, &mut report) {
-                Ok(p) => pos = p.done_sectors,
-                Err(e) => {
-                    self.log(format!("repair stopped: {e}"));
-                    break;
-                }
-            }
-        }
-        Ok(())
     }
 
     /// md's rule: a RAID4/5/6 that is dirty and misses a member is not started without
@@ -1045,7 +923,7 @@ impl Sim {
         let mut in_hole = 0u64;
         for s in 0..(image.len() / SECTOR) as u64 {
             let got = &image[s as usize * SECTOR..(s as usize + 1) * SECTOR];
-            if self.model.allowed_after_crash(s, got) || self.suspect.contains(&s) {
+            if self.model.allowed_after_crash(s, got) {
                 continue;
             }
             let hole = match geometry.locate(s) {

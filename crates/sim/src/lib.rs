@@ -8,5 +8,5 @@ pub mod model;
 pub mod prng;
 
 pub use disk::{CrashOutcome, OpCounters, SimDisk};
-pub use episode::{run_seed, Config, Failure, KnownBugs, Limits, Outcome};
+pub use episode::{run_seed, Config, Failure, Limits, Outcome};
 pub use prng::Prng;

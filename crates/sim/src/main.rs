@@ -19,7 +19,6 @@ struct Args {
     start: Option<u64>,
     verbose: bool,
     quick: bool,
-    tolerate_known: bool,
 }
 
 fn parse_u64(s: &str) -> Result<u64, String> {
@@ -32,7 +31,7 @@ fn parse_u64(s: &str) -> Result<u64, String> {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args { seed: None, seeds: None, long: false, duration_s: 300, start: None, verbose: false, quick: false, tolerate_known: false };
+    let mut a = Args { seed: None, seeds: None, long: false, duration_s: 300, start: None, verbose: false, quick: false };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
@@ -48,12 +47,10 @@ fn parse_args() -> Result<Args, String> {
             "--start" => a.start = Some(parse_u64(&value("--start")?)?),
             "--verbose" | "-v" => a.verbose = true,
             "--quick" => a.quick = true,
-            "--tolerate-known-bugs" => a.tolerate_known = true,
             "--help" | "-h" => {
                 println!(
                     "uraid-sim --seed N [--verbose] | --seeds A..B | --long [--duration SECONDS] [--start N]\n\
-                     --quick: the test suite's small episodes (levels 1/5/6/10, 2-3 MiB members)\n\
-                     --tolerate-known-bugs: steer around engine bugs already reported (README)"
+                     --quick: the test suite's small episodes (levels 1/5/6/10, 2-3 MiB members)"
                 );
                 std::process::exit(0);
             }
@@ -71,10 +68,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let mut limits = if args.quick { Limits::quick() } else { Limits::full() };
-    if args.tolerate_known {
-        limits = limits.tolerating_known_bugs();
-    }
+    let limits = if args.quick { Limits::quick() } else { Limits::full() };
     if let Some(seed) = args.seed {
         return match run_seed(seed, &limits, args.verbose) {
             Ok(o) => {

@@ -1,13 +1,11 @@
-//! The simulator over 1000 seeds of small episodes (RAID1/5/6/10). Engine bugs already
-//! reported (README.md, "Known engine bugs"; each has its own failing test in
-//! known_bugs.rs) are steered around here so this test keeps guarding everything else;
-//! when one is fixed, drop its flag in `KnownBugs::all`.
+//! The simulator over 1000 seeds of small episodes (RAID1/5/6/10), every invariant
+//! checked strictly (README.md, "Invariants").
 
 use uraid_sim::{run_seed, Limits};
 
 #[test]
 fn a_thousand_seeds_hold_every_invariant() {
-    let limits = Limits::quick().tolerating_known_bugs();
+    let limits = Limits::quick();
     let start = std::time::Instant::now();
     let mut failures = Vec::new();
     for seed in 0..1000u64 {
@@ -17,5 +15,5 @@ fn a_thousand_seeds_hold_every_invariant() {
         }
     }
     eprintln!("1000 seeds in {:.1} s", start.elapsed().as_secs_f64());
-    assert!(failures.is_empty(), "failing seeds {failures:?}; reproduce each with: cargo run -p uraid-sim --release -- --seed N --quick --tolerate-known-bugs");
+    assert!(failures.is_empty(), "failing seeds {failures:?}; reproduce each with: cargo run -p uraid-sim --release -- --seed N --quick");
 }

@@ -1,6 +1,7 @@
-//! Minimal reproductions of engine bugs the simulator found (README.md, "Known engine
-//! bugs"). Each test states md's behaviour and fails until the engine matches it; the
-//! seed test steers around them with `KnownBugs` flags meanwhile.
+//! Regression tests for engine bugs the simulator found, all fixed (README.md, "Bugs
+//! found"). Each is the minimal reproduction of one bug: it states what md does, what the
+//! engine once did instead, and the simulator seed that first exposed it (in strict mode,
+//! before the fix: `cargo run -p uraid-sim --release -- --seed N`).
 
 use std::sync::Arc;
 use uraid_core::geometry::Level;
@@ -15,14 +16,14 @@ fn pattern(byte: u8, len: usize) -> Vec<u8> {
     (0..len).map(|i| byte ^ (i as u8)).collect()
 }
 
-/// Bug A (sim: `cargo run -p uraid-sim --release -- --seed 17`). A member failed while the
-/// array is active keeps its own superblock at events N (active, in sync); the survivors
-/// record it faulty at N+1. After a crash before any further superblock update, assembly
-/// takes the failed member back as in sync (within md's one-event tolerance) and serves
-/// its stale data. Linux md (super_1_validate, since 5.x) takes the role from the freshest
-/// superblock when a member's events are older, so the failed member stays out.
+/// Bug A, found by seed 17. A member failed while the array is active keeps its own
+/// superblock at events N (active, in sync); the survivors record it faulty at N+1. md
+/// (super_1_validate, since 5.x) takes the role from the freshest superblock when a
+/// member's events are older, so after a crash before any further superblock update the
+/// failed member stays out. The engine once took it back as in sync (within md's one-event
+/// tolerance) and served its stale data.
 #[test]
-fn bug_a_member_failed_before_a_crash_is_not_taken_back() {
+fn member_failed_before_a_crash_is_not_taken_back() {
     let disks = create(&Spec::new(Level::Raid1, 2)).unwrap();
     let (a, _) = assemble(&disks, false).unwrap();
     a.write(0, &pattern(1, 4096)).unwrap(); // the array is now active (dirty)
@@ -43,12 +44,12 @@ fn bug_a_member_failed_before_a_crash_is_not_taken_back() {
     assert_eq!(b, pattern(2, 4096));
 }
 
-/// Bug C (sim: `cargo run -p uraid-sim --release -- --seed 79`). With 0.90 metadata there
-/// is no recovery offset: md records a member under recovery as a spare (neither ACTIVE nor
-/// SYNC) until the rebuild ends. uraid records it active and in sync at once, so after a
-/// restart a half-rebuilt member is assembled in sync and its unrebuilt part served as data.
+/// Bug C, found by seed 79. With 0.90 metadata there is no recovery offset: md records a
+/// member under recovery as a spare (neither ACTIVE nor SYNC) until the rebuild ends. The
+/// engine once recorded it active and in sync at once, so after a restart a half-rebuilt
+/// member was assembled in sync and its unrebuilt part served as data.
 #[test]
-fn bug_c_half_rebuilt_090_member_is_not_in_sync_after_restart() {
+fn half_rebuilt_090_member_is_not_in_sync_after_restart() {
     let mut spec = Spec::new(Level::Raid5, 3);
     spec.spares = 1;
     spec.metadata = MetadataVersion::V0_90;
@@ -71,14 +72,14 @@ fn bug_c_half_rebuilt_090_member_is_not_in_sync_after_restart() {
     assert!(b == data, "array returns unrebuilt data from the half-rebuilt member");
 }
 
-/// Bug D (sim: `cargo run -p uraid-sim --release -- --seed 34`). A resync step skips a stripe that is degraded ("nothing to
-/// compare") yet moves the resync position past it. When a member fails during a resync,
-/// the rest of the array is recorded as resynced although its parity was never
-/// recomputed; after a spare is rebuilt, RAID6's second syndrome still disagrees with the
-/// data, and a later failure reconstructs garbage from it. md stops the resync at a failure
-/// and keeps its checkpoint (recovery_cp), resuming after the rebuild.
+/// Bug D, found by seed 34. md stops a resync when a member fails and keeps its checkpoint
+/// (recovery_cp), resuming after the rebuild. The engine's resync step once skipped a
+/// degraded stripe ("nothing to compare") yet moved the resync position past it: when a
+/// member failed during a resync, the rest of the array was recorded as resynced although
+/// its parity was never recomputed, so after a spare was rebuilt RAID6's second syndrome
+/// still disagreed with the data and a later failure reconstructed garbage from it.
 #[test]
-fn bug_d_a_member_failing_mid_resync_leaves_no_stripe_unsynced() {
+fn member_failing_mid_resync_leaves_no_stripe_unsynced() {
     let mut spec = Spec::new(Level::Raid6, 5);
     spec.sync = InitialSync::Resync;
     let disks = create(&spec).unwrap();
@@ -112,13 +113,13 @@ fn bug_d_a_member_failing_mid_resync_leaves_no_stripe_unsynced() {
     assert_eq!(report.mismatch_sectors, 0, "stripes skipped by the interrupted resync were never synced: {report:?}");
 }
 
-/// Bug B (sim: `cargo run -p uraid-sim --release -- --seed 7`). `pending_job` never offers a
-/// resync while any role is missing. md resyncs whatever still has redundancy: RAID6 with
+/// Bug B, found by seed 7. md resyncs a dirty array that still has redundancy: RAID6 with
 /// one member missing, RAID1 with two or more copies left, RAID10 with a copy pair intact.
-/// Without it, after an unclean shutdown the copies of a 3-way RAID1 missing one member
-/// may differ, and which value a read returns depends on which member fails next.
+/// The engine's `pending_job` once offered no resync while any role was missing, so after
+/// an unclean shutdown the copies of a 3-way RAID1 missing one member could differ, and
+/// which value a read returned depended on which member failed next.
 #[test]
-fn bug_b_degraded_three_way_mirror_is_resynced_after_a_crash() {
+fn degraded_three_way_mirror_is_resynced_after_a_crash() {
     let disks = create(&Spec::new(Level::Raid1, 3)).unwrap();
     let (a, _) = assemble(&disks, false).unwrap();
     a.fail_role(2).unwrap();
