@@ -48,18 +48,18 @@ pub(super) struct StripeBuffers {
 
 /// P (and Q, in md's slot order) of `data` for the stripe described by `roles`.
 pub(super) fn compute_parity(roles: &StripeRoles, data: &[Vec<u8>], p: &mut [u8], q: Option<&mut [u8]>) {
+    let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+    compute_parity_refs(roles, &refs, p, q)
+}
+
+/// [`compute_parity`] over borrowed blocks.
+pub(super) fn compute_parity_refs(roles: &StripeRoles, data: &[&[u8]], p: &mut [u8], q: Option<&mut [u8]>) {
     let result = match q {
-        None => {
-            let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
-            uraid_parity::gen_p(&refs, p)
-        }
+        None => uraid_parity::gen_p(data, p),
         Some(q) => {
             let zero = vec![0u8; p.len()];
-            let refs: Vec<&[u8]> = roles
-                .syndrome_sources()
-                .iter()
-                .map(|src| src.map_or(zero.as_slice(), |i| data[i].as_slice()))
-                .collect();
+            let refs: Vec<&[u8]> =
+                roles.syndrome_sources().iter().map(|src| src.map_or(zero.as_slice(), |i| data[i])).collect();
             uraid_parity::gen_pq(&refs, p, q)
         }
     };
@@ -337,6 +337,23 @@ impl Array {
 
     fn segment_rcw(&self, io: &IoMap, roles: &StripeRoles, lo: u64, h: usize, writes: &[BlockWrite]) -> Result<(), SegmentError> {
         let n = roles.data.len();
+        // Full-stripe write: parity straight from the caller's buffers, no copies, no reads.
+        if writes.len() == n && writes.iter().all(|w| w.bytes.len() == h && w.sector == lo) {
+            let mut by_index: Vec<&[u8]> = vec![&[]; n];
+            for w in writes {
+                by_index[w.data_index] = w.bytes;
+            }
+            let mut p = vec![0u8; h];
+            let mut q = roles.q.map(|_| vec![0u8; h]);
+            compute_parity_refs(roles, &by_index, &mut p, q.as_deref_mut());
+            let mut out: Vec<(usize, u64, &[u8])> = writes.iter().map(|w| (roles.data[w.data_index], w.sector, w.bytes)).collect();
+            out.push((roles.p, lo, &p));
+            if let (Some(qr), Some(q)) = (roles.q, q.as_ref()) {
+                out.push((qr, lo, q));
+            }
+            self.write_members(io, &out);
+            return Ok(());
+        }
         let mut data = vec![Vec::new(); n];
         for (i, block) in data.iter_mut().enumerate() {
             *block = vec![0u8; h];
