@@ -12,6 +12,8 @@ pub struct StripeCache {
     capacity_bytes: u64,
     used: Mutex<u64>,
     freed: Condvar,
+    /// Buffers given back, for reuse: a reused buffer needs neither zeroing nor fresh pages.
+    spare_buffers: Mutex<Vec<Vec<u8>>>,
 }
 
 pub struct Reservation<'a> {
@@ -22,11 +24,35 @@ pub struct Reservation<'a> {
 impl StripeCache {
     /// `pages` 4 KiB pages per member, for `members` members.
     pub fn new(pages: u64, members: usize) -> StripeCache {
-        StripeCache { capacity_bytes: pages.max(1) * PAGE_BYTES * members.max(1) as u64, used: Mutex::new(0), freed: Condvar::new() }
+        StripeCache {
+            capacity_bytes: pages.max(1) * PAGE_BYTES * members.max(1) as u64,
+            used: Mutex::new(0),
+            freed: Condvar::new(),
+            spare_buffers: Mutex::new(Vec::new()),
+        }
     }
 
     pub fn capacity_bytes(&self) -> u64 {
         self.capacity_bytes
+    }
+
+    /// A buffer of `len` bytes with unspecified contents (every caller overwrites it whole):
+    /// a pooled one of that size if there is one, else a new zeroed one.
+    pub fn buffer(&self, len: usize) -> Vec<u8> {
+        let mut pool = self.spare_buffers.lock().unwrap_or_else(|e| e.into_inner());
+        match pool.iter().position(|b| b.len() == len) {
+            Some(i) => pool.swap_remove(i),
+            None => vec![0u8; len],
+        }
+    }
+
+    /// Gives a buffer back for reuse; the pool keeps at most the cache's capacity.
+    pub fn recycle(&self, buf: Vec<u8>) {
+        let mut pool = self.spare_buffers.lock().unwrap_or_else(|e| e.into_inner());
+        let held: usize = pool.iter().map(|b| b.len()).sum();
+        if (held + buf.len()) as u64 <= self.capacity_bytes.max(16 << 20) {
+            pool.push(buf);
+        }
     }
 
     /// Waits for `bytes` of room. A single request larger than the whole cache is let in

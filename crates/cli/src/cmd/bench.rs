@@ -117,6 +117,8 @@ fn run_array(a: ArrayArgs) -> Result<ExitCode> {
     };
     let quiet = a.json;
     let tty = std::io::stderr().is_terminal();
+    // Choose parity kernels now, so the start-up measurement is not timed as array I/O.
+    uraid_parity::selection();
     let records = uraid_bench::array::run(&cfg, &mut |line| {
         if !quiet {
             if tty {

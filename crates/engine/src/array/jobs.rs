@@ -4,7 +4,7 @@
 //! or chunks (mirrors) under the stripe locks, so it interleaves safely with I/O.
 //! Positions are member sectors from the data offset, as md's resync/recovery offsets are.
 
-use super::striped::{compute_parity, rebuild};
+use super::striped::compute_parity;
 use super::{Array, DeviceState, EngineError};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -69,12 +69,23 @@ impl Array {
         }
     }
 
-    /// Granularity of job steps: one stripe (chunk) for striped levels, 128 sectors else.
+    /// Granularity of resync/check steps: one stripe (chunk) for striped levels, 128 sectors else.
     fn step_unit(&self) -> u64 {
         match &self.geometry {
             Geometry::Parity(p) => p.chunk_sectors(),
             Geometry::Raid10(g) => g.chunk_sectors(),
             _ => 128,
+        }
+    }
+
+    /// Granularity of recovery steps: whole stripes, about 1 MiB per member, so each survivor
+    /// is read in large requests (consecutive stripes are contiguous on every member).
+    fn recovery_unit(&self) -> u64 {
+        let unit = self.step_unit();
+        match &self.geometry {
+            Geometry::Parity(_) => unit * (2048 / unit).max(1),
+            Geometry::Raid1 { .. } => 2048,
+            _ => unit,
         }
     }
 
@@ -190,7 +201,7 @@ impl Array {
     pub fn recovery_step(&self, max_sectors: u64) -> Result<JobProgress, EngineError> {
         self.ensure_dirty()?;
         let total = self.sync_sectors();
-        let unit = self.step_unit();
+        let unit = self.recovery_unit();
         let (device, role, mut done) = {
             let meta = self.lock_meta();
             match meta.devices.iter().enumerate().find_map(|(i, d)| match d.state {
@@ -237,31 +248,27 @@ impl Array {
         };
         let content = match &self.geometry {
             Geometry::Parity(p) => {
-                let stripe = pos / p.chunk_sectors();
-                let _g = self.locks.lock(stripe, stripe);
+                let (first, last) = (pos / p.chunk_sectors(), (pos + n - 1) / p.chunk_sectors());
+                let _g = self.locks.lock(first, last);
+                let _room = self.cache.reserve(p.raid_disks() as u64 * n * SECTOR_BYTES);
                 let io = self.io_map();
-                let roles = p.stripe_roles(stripe);
-                let (mut bufs, missing, p_missing, q_missing) = match self.read_stripe_buffers_pub(&io, stripe, pos, pos + n) {
-                    Some(x) => x,
-                    None => return Err(EngineError::Failed(format!("stripe {stripe}: read failed during recovery"))),
+                let Ok(mut win) = self.read_window(&io, pos, pos + n) else {
+                    return Err(EngineError::Failed(format!("stripes {first}..={last}: read failed during recovery")));
                 };
-                if !rebuild(&roles, &mut bufs, &missing, p_missing, q_missing) {
-                    return Err(EngineError::Failed(format!("stripe {stripe}: too many members missing to recover")));
+                if !self.rebuild_window(&mut win, pos, pos + n) {
+                    return Err(EngineError::Failed(format!("stripes {first}..={last}: too many members missing to recover")));
                 }
-                if role == roles.p {
-                    bufs.p
-                } else if Some(role) == roles.q {
-                    bufs.q.unwrap_or_default()
-                } else {
-                    let idx = roles.data.iter().position(|r| *r == role).unwrap_or(0);
-                    std::mem::take(&mut bufs.data[idx])
-                }
+                let content = win[role].take().unwrap_or_default();
+                self.recycle_window(win);
+                content
             }
             Geometry::Raid1 { .. } | Geometry::Raid10(_) => self.mirror_content(role, pos, n)?,
             _ => return Err(EngineError::Invalid("no redundancy to recover from".into())),
         };
         debug_assert_eq!(content.len(), len);
-        target.0.write_at(&content, target.1 + pos * SECTOR_BYTES).map_err(|e| {
+        let written = target.0.write_at(&content, target.1 + pos * SECTOR_BYTES);
+        self.cache.recycle(content);
+        written.map_err(|e| {
             self.fail_device(device, &e.to_string());
             EngineError::Failed(format!("recovery target: {e}"))
         })

@@ -600,14 +600,13 @@ impl Array {
             .geometry
             .split(first_sector, sectors)
             .map_err(|e| EngineError::Unreadable { offset: first_sector * SECTOR_BYTES, detail: e.to_string() })?;
+        if self.geometry.as_parity().is_some() {
+            return self.read_striped_pieces(&pieces, out, locks_held);
+        }
         let mut at = 0usize;
         for piece in pieces {
             let len = (piece.sectors * SECTOR_BYTES) as usize;
-            let part = &mut out[at..at + len];
-            match &piece.placement {
-                Placement::Striped(loc) => self.read_striped(loc, part, locks_held)?,
-                other => self.read_simple(other, piece.array_sector, part)?,
-            }
+            self.read_simple(&piece.placement, piece.array_sector, &mut out[at..at + len])?;
             at += len;
         }
         Ok(())

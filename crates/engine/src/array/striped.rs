@@ -27,7 +27,7 @@ struct BlockWrite<'a> {
 }
 
 /// Why a segment attempt stopped.
-enum SegmentError {
+pub(super) enum SegmentError {
     /// A member failed while reading; nothing was written. Try again on the degraded path.
     Retry,
     Fatal(EngineError),
@@ -70,53 +70,81 @@ pub(super) fn compute_parity_refs(roles: &StripeRoles, data: &[&[u8]], p: &mut [
 /// Rebuilds the data blocks listed in `missing` (and P/Q when `p_missing`/`q_missing`)
 /// from the rest of `bufs`. Returns false when too much is missing.
 pub(super) fn rebuild(roles: &StripeRoles, bufs: &mut StripeBuffers, missing: &[usize], p_missing: bool, q_missing: bool) -> bool {
+    let data: Vec<&mut [u8]> = bufs.data.iter_mut().map(|d| d.as_mut_slice()).collect();
+    rebuild_slices(roles, data, &mut bufs.p, bufs.q.as_deref_mut(), missing, p_missing, q_missing)
+}
+
+/// [`rebuild`] over borrowed blocks (data in array order), so callers can rebuild straight
+/// inside larger per-member buffers without copying.
+pub(super) fn rebuild_slices(
+    roles: &StripeRoles,
+    mut data: Vec<&mut [u8]>,
+    p: &mut [u8],
+    q: Option<&mut [u8]>,
+    missing: &[usize],
+    p_missing: bool,
+    q_missing: bool,
+) -> bool {
     let lost_count = missing.len() + p_missing as usize + q_missing as usize;
     if lost_count == 0 {
         return true;
     }
-    match &mut bufs.q {
+    match q {
         None => {
             if lost_count > 1 {
                 return false;
             }
             if let [x] = missing {
-                let mut refs: Vec<&mut [u8]> = bufs.data.iter_mut().map(|d| d.as_mut_slice()).collect();
-                return uraid_parity::recover_from_p(&mut refs, *x, &bufs.p).is_ok();
+                return uraid_parity::recover_from_p(&mut data, *x, p).is_ok();
             }
-            compute_parity(roles, &bufs.data, &mut bufs.p, None);
+            let refs: Vec<&[u8]> = data.iter().map(|d| &**d).collect();
+            compute_parity_refs(roles, &refs, p, None);
             true
         }
         Some(q) => {
             if lost_count > 2 {
                 return false;
             }
+            let len = p.len();
+            // md's Q weights follow its slot order; DDF layouts feed zero slots.
+            let mut zeros: Vec<Vec<u8>> = Vec::new();
             let sources = roles.syndrome_sources();
-            let len = bufs.p.len();
-            let mut slots: Vec<Vec<u8>> = sources
-                .iter()
-                .map(|src| src.map_or_else(|| vec![0u8; len], |i| std::mem::take(&mut bufs.data[i])))
-                .collect();
-            let mut lost: Vec<Block> =
-                missing.iter().map(|&i| Block::Data(roles.q_exponents[i] as usize)).collect();
+            for src in &sources {
+                if src.is_none() {
+                    zeros.push(vec![0u8; len]);
+                }
+            }
+            let mut by_index: Vec<Option<&mut [u8]>> = data.into_iter().map(Some).collect();
+            let mut zero_iter = zeros.iter_mut();
+            let mut slots: Vec<&mut [u8]> = Vec::with_capacity(sources.len());
+            for src in &sources {
+                match src {
+                    Some(i) => match by_index.get_mut(*i).and_then(|b| b.take()) {
+                        Some(b) => slots.push(b),
+                        None => return false,
+                    },
+                    None => match zero_iter.next() {
+                        Some(z) => slots.push(z.as_mut_slice()),
+                        None => return false,
+                    },
+                }
+            }
+            let mut lost: Vec<Block> = missing.iter().map(|&i| Block::Data(roles.q_exponents[i] as usize)).collect();
             if p_missing {
                 lost.push(Block::P);
             }
             if q_missing {
                 lost.push(Block::Q);
             }
-            let ok = {
-                let mut refs: Vec<&mut [u8]> = slots.iter_mut().map(|d| d.as_mut_slice()).collect();
-                uraid_parity::recover_raid6(&mut refs, &mut bufs.p, q, &lost).is_ok()
-            };
-            for (slot, src) in sources.iter().enumerate() {
-                if let Some(i) = src {
-                    bufs.data[*i] = std::mem::take(&mut slots[slot]);
-                }
-            }
-            ok
+            uraid_parity::recover_raid6(&mut slots, p, q, &lost).is_ok()
         }
     }
 }
+
+/// Every member's sectors `lo..hi` (which may span several stripes), by role; `None` for a
+/// missing member. Consecutive stripes are contiguous on each member, so one I/O per member
+/// covers a whole window.
+pub(super) type Window = Vec<Option<Vec<u8>>>;
 
 impl Array {
     /// Reads one data run of a parity array; a missing or failing member's data is
@@ -156,6 +184,140 @@ impl Array {
             }
         }
         Err(EngineError::Unreadable { offset: 0, detail: first_error })
+    }
+
+    /// Reads member sectors `lo..hi` of every present role, one request per member, in
+    /// parallel. A failed read fails the member and asks for a retry.
+    pub(super) fn read_window(&self, io: &IoMap, lo: u64, hi: u64) -> Result<Window, SegmentError> {
+        let len = ((hi - lo) * SECTOR_BYTES) as usize;
+        let results = crate::parallel::run_all(
+            (0..io.read.len())
+                .map(|role| {
+                    let f: Box<dyn FnOnce() -> Option<Result<Vec<u8>, String>> + Send> = Box::new(move || {
+                        io.read[role].as_ref()?;
+                        let mut b = self.cache.buffer(len);
+                        Some(self.read_member(io, MemberSector { role, sector: lo }, &mut b).map(|_| b))
+                    });
+                    (len, f)
+                })
+                .collect(),
+        );
+        let mut win = Vec::with_capacity(results.len());
+        for r in results {
+            match r {
+                Some(Ok(b)) => win.push(Some(b)),
+                Some(Err(_)) => return Err(SegmentError::Retry),
+                None => win.push(None),
+            }
+        }
+        Ok(win)
+    }
+
+    /// Fills every missing role of `win` (member sectors `lo..hi`) by rebuilding each stripe
+    /// in place. False when some stripe has too much missing.
+    pub(super) fn rebuild_window(&self, win: &mut Window, lo: u64, hi: u64) -> bool {
+        let p = self.parity();
+        let chunk = p.chunk_sectors();
+        let len = ((hi - lo) * SECTOR_BYTES) as usize;
+        let absent: Vec<usize> = (0..win.len()).filter(|r| win[*r].is_none()).collect();
+        if absent.is_empty() {
+            return true;
+        }
+        for r in &absent {
+            // Rebuilt whole below, so stale contents of a pooled buffer never show.
+            win[*r] = Some(self.cache.buffer(len));
+        }
+        let mut s_lo = lo;
+        while s_lo < hi {
+            let stripe = s_lo / chunk;
+            let s_hi = ((stripe + 1) * chunk).min(hi);
+            let (a, b) = (((s_lo - lo) * SECTOR_BYTES) as usize, ((s_hi - lo) * SECTOR_BYTES) as usize);
+            let roles = p.stripe_roles(stripe);
+            let mut views: Vec<Option<&mut [u8]>> = win.iter_mut().map(|w| w.as_mut().map(|v| &mut v[a..b])).collect();
+            let mut take = |role: usize| views[role].take();
+            let data: Option<Vec<&mut [u8]>> = roles.data.iter().map(|&r| take(r)).collect();
+            let pb = take(roles.p);
+            let qb = roles.q.map(|q| take(q));
+            let (Some(data), Some(pb)) = (data, pb) else { return false };
+            let q_slice = match qb {
+                Some(Some(q)) => Some(q),
+                Some(None) => return false,
+                None => None,
+            };
+            let missing: Vec<usize> = (0..roles.data.len()).filter(|i| absent.contains(&roles.data[*i])).collect();
+            let p_missing = absent.contains(&roles.p);
+            let q_missing = roles.q.is_some_and(|q| absent.contains(&q));
+            if !rebuild_slices(&roles, data, pb, q_slice, &missing, p_missing, q_missing) {
+                return false;
+            }
+            s_lo = s_hi;
+        }
+        true
+    }
+
+    /// Reads array sectors for the pieces of a parity array, several stripes at a time:
+    /// healthy runs are read member by member; a run touching a missing member is read as a
+    /// window over every member and rebuilt in place (one read of each survivor, not one per
+    /// missing block).
+    pub(super) fn read_striped_pieces(&self, pieces: &[Piece], out: &mut [u8], locks_held: bool) -> Result<(), EngineError> {
+        let io = self.io_map();
+        let degraded = io.read.iter().any(|r| r.is_none());
+        if !degraded {
+            let mut at = 0usize;
+            for piece in pieces {
+                let len = (piece.sectors * SECTOR_BYTES) as usize;
+                let Placement::Striped(loc) = &piece.placement else { unreachable!("parity geometry") };
+                self.read_striped(loc, &mut out[at..at + len], locks_held)?;
+                at += len;
+            }
+            return Ok(());
+        }
+        let locs: Vec<(Location, u64)> = pieces
+            .iter()
+            .map(|p| match &p.placement {
+                Placement::Striped(loc) => (*loc, p.sectors),
+                _ => unreachable!("parity geometry"),
+            })
+            .collect();
+        let (first, last) = (locs[0].0.stripe, locs[locs.len() - 1].0.stripe);
+        let lo = locs.iter().map(|(l, _)| l.member_sector).min().unwrap_or(0);
+        let hi = locs.iter().map(|(l, n)| l.member_sector + n).max().unwrap_or(lo);
+        let _guard = (!locks_held).then(|| self.locks.lock(first, last));
+        let _room = self.cache.reserve((io.read.len() as u64) * (hi - lo) * SECTOR_BYTES);
+        for _ in 0..=self.geometry.raid_disks() {
+            let io = self.io_map();
+            let mut win = match self.read_window(&io, lo, hi) {
+                Ok(w) => w,
+                Err(SegmentError::Retry) => continue,
+                Err(SegmentError::Fatal(e)) => return Err(e),
+            };
+            if !self.rebuild_window(&mut win, lo, hi) {
+                return Err(EngineError::Unreadable {
+                    offset: pieces[0].array_sector * SECTOR_BYTES,
+                    detail: format!("stripes {first}..={last} have too many members missing"),
+                });
+            }
+            let mut at = 0usize;
+            for (loc, n) in &locs {
+                let len = (*n * SECTOR_BYTES) as usize;
+                let off = ((loc.member_sector - lo) * SECTOR_BYTES) as usize;
+                let src = win[loc.role].as_ref().map(|b| &b[off..off + len]);
+                match src {
+                    Some(src) => out[at..at + len].copy_from_slice(src),
+                    None => return Err(EngineError::Failed("rebuilt window lacks a role".into())),
+                }
+                at += len;
+            }
+            self.recycle_window(win);
+            return Ok(());
+        }
+        Err(EngineError::Failed("members kept failing during a degraded read".into()))
+    }
+
+    pub(super) fn recycle_window(&self, win: Window) {
+        for b in win.into_iter().flatten() {
+            self.cache.recycle(b);
+        }
     }
 
     fn parity(&self) -> &uraid_core::geometry::ParityGeometry {
