@@ -40,6 +40,9 @@ pub struct ServeArgs {
     /// md's stripe_cache_size (4 KiB pages per member).
     #[arg(long, default_value_t = 256)]
     pub stripe_cache: u64,
+    /// Export the array over NBD at ADDR: host:port (e.g. 127.0.0.1:10809) or unix:PATH.
+    #[arg(long, value_name = "ADDR")]
+    pub nbd: Option<String>,
     /// Name to serve the array under (default: the superblock's name; 0.90 has none, so
     /// its uuid is used).
     #[arg(long)]
@@ -390,5 +393,25 @@ pub fn run_served(served: Arc<Served>, extra: Vec<Box<dyn FnOnce() + Send>>) -> 
 
 pub fn run(args: ServeArgs) -> Result<ExitCode> {
     let served = assemble_for_serving(&args)?;
-    run_served(served, Vec::new())
+    let mut extra: Vec<Box<dyn FnOnce() + Send>> = Vec::new();
+    if let Some(addr) = &args.nbd {
+        let listener = uraid_nbd::bind(addr).with_context(|| format!("NBD: binding {addr}"))?;
+        let mut export = uraid_nbd::Export::new(served.array.clone());
+        export.name = served.name().to_string();
+        let uri = listener.uri(&export.name);
+        if !args.json {
+            eprintln!("uraid: NBD export {:?} at {uri}", export.name);
+        }
+        if let Ok(mut e) = served.exports.lock() {
+            e.push(format!("nbd {uri}"));
+        }
+        let stop = served.stop_flag();
+        extra.push(Box::new(move || {
+            if let Err(e) = uraid_nbd::serve(listener, vec![export], stop.clone()) {
+                eprintln!("uraid: NBD server stopped: {e}");
+                stop.store(true, Ordering::Release);
+            }
+        }));
+    }
+    run_served(served, extra)
 }
