@@ -17,6 +17,16 @@ pub trait Member: Send + Sync {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     /// Writes all of `buf` at `offset`.
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Writes `bufs` one after another starting at `offset` (one request where the backend
+    /// has vectored I/O).
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        let mut at = offset;
+        for b in bufs {
+            self.write_at(b, at)?;
+            at += b.len() as u64;
+        }
+        Ok(())
+    }
     /// Makes every completed write durable.
     fn flush(&self) -> io::Result<()>;
 }
@@ -75,6 +85,29 @@ impl Member for FileMember {
         }
         check_range(self, offset, buf.len())?;
         self.file.write_all_at(buf, offset)
+    }
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        if !self.writable {
+            return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("{} is open read-only", self.label)));
+        }
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        check_range(self, offset, total)?;
+        // pwritev in groups of at most IOV_MAX slices, resuming after short writes.
+        const IOV_MAX: usize = 1024;
+        let mut at = offset;
+        for group in bufs.chunks(IOV_MAX) {
+            let mut slices: Vec<std::io::IoSlice> = group.iter().map(|b| std::io::IoSlice::new(b)).collect();
+            let mut rest: &mut [std::io::IoSlice] = &mut slices;
+            while !rest.is_empty() {
+                let n = rustix::io::pwritev(&self.file, rest, at)?;
+                if n == 0 {
+                    return Err(io::Error::new(io::ErrorKind::WriteZero, format!("{}: wrote nothing", self.label)));
+                }
+                at += n as u64;
+                std::io::IoSlice::advance_slices(&mut rest, n);
+            }
+        }
+        Ok(())
     }
     fn flush(&self) -> io::Result<()> {
         if self.writable {

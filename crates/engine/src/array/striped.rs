@@ -26,6 +26,26 @@ struct BlockWrite<'a> {
     bytes: &'a [u8],
 }
 
+/// Bytes to write: the caller's data or a buffer computed here (parity, rebuilt blocks).
+pub(super) enum OutBytes<'a> {
+    Borrowed(&'a [u8]),
+    Owned(Vec<u8>),
+}
+
+impl OutBytes<'_> {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            OutBytes::Borrowed(b) => b,
+            OutBytes::Owned(v) => v,
+        }
+    }
+}
+
+/// Member writes of one request, collected over all its stripes and issued together: one
+/// vectored write per member and contiguous run (consecutive stripes are contiguous on each
+/// member), instead of one write per block.
+pub(super) type Outs<'a> = Vec<(usize, u64, OutBytes<'a>)>;
+
 /// Why a segment attempt stopped.
 pub(super) enum SegmentError {
     /// A member failed while reading; nothing was written. Try again on the degraded path.
@@ -145,6 +165,17 @@ pub(super) fn rebuild_slices(
 /// missing member. Consecutive stripes are contiguous on each member, so one I/O per member
 /// covers a whole window.
 pub(super) type Window = Vec<Option<Vec<u8>>>;
+
+/// Queues a stripe's new data blocks and parity.
+fn push_stripe<'a>(outs: &mut Outs<'a>, roles: &StripeRoles, lo: u64, writes: &[BlockWrite<'a>], p: Vec<u8>, q: Option<Vec<u8>>) {
+    for w in writes {
+        outs.push((roles.data[w.data_index], w.sector, OutBytes::Borrowed(w.bytes)));
+    }
+    outs.push((roles.p, lo, OutBytes::Owned(p)));
+    if let (Some(qr), Some(q)) = (roles.q, q) {
+        outs.push((qr, lo, OutBytes::Owned(q)));
+    }
+}
 
 impl Array {
     /// Reads one data run of a parity array; a missing or failing member's data is
@@ -390,6 +421,7 @@ impl Array {
         let _ = first;
         let mut at = 0usize;
         let mut i = 0;
+        let mut outs: Outs = Vec::new();
         while i < pieces.len() {
             let Placement::Striped(loc0) = &pieces[i].placement else { unreachable!("parity geometry") };
             let stripe = loc0.stripe;
@@ -407,12 +439,13 @@ impl Array {
                 at += len;
                 i += 1;
             }
-            self.write_segment(stripe, lo, hi, &writes)?;
+            self.write_segment(stripe, lo, hi, &writes, &mut outs)?;
         }
-        Ok(())
+        self.write_batched(outs);
+        self.check_alive()
     }
 
-    fn write_segment(&self, stripe: u64, lo: u64, hi: u64, writes: &[BlockWrite]) -> Result<(), EngineError> {
+    fn write_segment<'a>(&self, stripe: u64, lo: u64, hi: u64, writes: &[BlockWrite<'a>], outs: &mut Outs<'a>) -> Result<(), EngineError> {
         let parity = self.parity();
         let roles = parity.stripe_roles(stripe);
         let h = ((hi - lo) * SECTOR_BYTES) as usize;
@@ -421,6 +454,7 @@ impl Array {
         for _ in 0..=self.geometry.raid_disks() {
             self.check_alive()?;
             let io = self.io_map();
+            let mark = outs.len();
             let healthy = roles.data.iter().chain([&roles.p]).chain(roles.q.iter()).all(|r| io.read[*r].is_some());
             let in_sync = stripe_end <= self.resync_position();
             let result = if healthy && in_sync {
@@ -431,16 +465,19 @@ impl Array {
                     * h;
                 let rmw_reads = written + h * (1 + roles.q.is_some() as usize);
                 if rmw_reads < rcw_reads {
-                    self.segment_rmw(&io, &roles, lo, h, writes)
+                    self.segment_rmw(&io, &roles, lo, h, writes, outs)
                 } else {
-                    self.segment_rcw(&io, &roles, lo, h, writes)
+                    self.segment_rcw(&io, &roles, lo, h, writes, outs)
                 }
             } else {
-                self.segment_reconstruct(&io, &roles, stripe, lo, hi, writes)
+                self.segment_reconstruct(&io, &roles, stripe, lo, hi, writes, outs)
             };
             match result {
                 Ok(()) => return self.check_alive(),
-                Err(SegmentError::Retry) => continue,
+                Err(SegmentError::Retry) => {
+                    outs.truncate(mark);
+                    continue;
+                }
                 Err(SegmentError::Fatal(e)) => return Err(e),
             }
         }
@@ -452,7 +489,7 @@ impl Array {
         self.read_member(io, MemberSector { role, sector }, out).map_err(|_| SegmentError::Retry)
     }
 
-    fn segment_rmw(&self, io: &IoMap, roles: &StripeRoles, lo: u64, h: usize, writes: &[BlockWrite]) -> Result<(), SegmentError> {
+    fn segment_rmw<'a>(&self, io: &IoMap, roles: &StripeRoles, lo: u64, h: usize, writes: &[BlockWrite<'a>], outs: &mut Outs<'a>) -> Result<(), SegmentError> {
         let mut p = vec![0u8; h];
         self.read_for_write(io, roles.p, lo, &mut p)?;
         let mut q = match roles.q {
@@ -488,16 +525,11 @@ impl Array {
                 }
             }
         }
-        let mut out: Vec<(usize, u64, &[u8])> = writes.iter().map(|w| (roles.data[w.data_index], w.sector, w.bytes)).collect();
-        out.push((roles.p, lo, &p));
-        if let (Some(qr), Some(q)) = (roles.q, q.as_ref()) {
-            out.push((qr, lo, q));
-        }
-        self.write_members(io, &out);
+        push_stripe(outs, roles, lo, writes, p, q);
         Ok(())
     }
 
-    fn segment_rcw(&self, io: &IoMap, roles: &StripeRoles, lo: u64, h: usize, writes: &[BlockWrite]) -> Result<(), SegmentError> {
+    fn segment_rcw<'a>(&self, io: &IoMap, roles: &StripeRoles, lo: u64, h: usize, writes: &[BlockWrite<'a>], outs: &mut Outs<'a>) -> Result<(), SegmentError> {
         let n = roles.data.len();
         // Full-stripe write: parity straight from the caller's buffers, no copies, no reads.
         if writes.len() == n && writes.iter().all(|w| w.bytes.len() == h && w.sector == lo) {
@@ -508,12 +540,7 @@ impl Array {
             let mut p = vec![0u8; h];
             let mut q = roles.q.map(|_| vec![0u8; h]);
             compute_parity_refs(roles, &by_index, &mut p, q.as_deref_mut());
-            let mut out: Vec<(usize, u64, &[u8])> = writes.iter().map(|w| (roles.data[w.data_index], w.sector, w.bytes)).collect();
-            out.push((roles.p, lo, &p));
-            if let (Some(qr), Some(q)) = (roles.q, q.as_ref()) {
-                out.push((qr, lo, q));
-            }
-            self.write_members(io, &out);
+            push_stripe(outs, roles, lo, writes, p, q);
             return Ok(());
         }
         let mut data = vec![Vec::new(); n];
@@ -524,18 +551,20 @@ impl Array {
                 self.read_for_write(io, roles.data[i], lo, block)?;
             }
         }
-        self.finish_full_stripe(io, roles, lo, h, data, writes, &[], false, false);
+        self.finish_full_stripe(roles, lo, h, data, writes, outs);
         Ok(())
     }
 
-    fn segment_reconstruct(
+    #[allow(clippy::too_many_arguments)]
+    fn segment_reconstruct<'a>(
         &self,
         io: &IoMap,
         roles: &StripeRoles,
         stripe: u64,
         lo: u64,
         hi: u64,
-        writes: &[BlockWrite],
+        writes: &[BlockWrite<'a>],
+        outs: &mut Outs<'a>,
     ) -> Result<(), SegmentError> {
         let h = ((hi - lo) * SECTOR_BYTES) as usize;
         let (mut bufs, missing, p_missing, q_missing) = self.read_stripe_buffers(io, stripe, lo, hi)?;
@@ -548,25 +577,13 @@ impl Array {
                 "stripe {stripe}: too many members missing to keep data recoverable"
             ))));
         }
-        self.finish_full_stripe(io, roles, lo, h, bufs.data, writes, &missing, p_missing, q_missing);
+        self.finish_full_stripe(roles, lo, h, bufs.data, writes, outs);
         Ok(())
     }
 
     /// With every data block of the segment in `data`: overlay the writes, compute parity,
     /// write the written blocks, rebuilt-but-missing blocks' new state is implied, and P/Q.
-    #[allow(clippy::too_many_arguments)]
-    fn finish_full_stripe(
-        &self,
-        io: &IoMap,
-        roles: &StripeRoles,
-        lo: u64,
-        h: usize,
-        mut data: Vec<Vec<u8>>,
-        writes: &[BlockWrite],
-        _missing: &[usize],
-        _p_missing: bool,
-        _q_missing: bool,
-    ) {
+    fn finish_full_stripe<'a>(&self, roles: &StripeRoles, lo: u64, h: usize, mut data: Vec<Vec<u8>>, writes: &[BlockWrite<'a>], outs: &mut Outs<'a>) {
         for w in writes {
             let off = ((w.sector - lo) * SECTOR_BYTES) as usize;
             data[w.data_index][off..off + w.bytes.len()].copy_from_slice(w.bytes);
@@ -574,12 +591,51 @@ impl Array {
         let mut p = vec![0u8; h];
         let mut q = roles.q.map(|_| vec![0u8; h]);
         compute_parity(roles, &data, &mut p, q.as_deref_mut());
-        let mut out: Vec<(usize, u64, &[u8])> = writes.iter().map(|w| (roles.data[w.data_index], w.sector, w.bytes)).collect();
-        out.push((roles.p, lo, &p));
-        if let (Some(qr), Some(q)) = (roles.q, q.as_ref()) {
-            out.push((qr, lo, q));
+        push_stripe(outs, roles, lo, writes, p, q);
+    }
+
+    /// Issues collected writes: per member, contiguous runs as single vectored writes; members
+    /// in parallel. The member map is read now, so members failed meanwhile are skipped (the
+    /// stripes written stay consistent on the rest). Members whose write fails are failed.
+    fn write_batched(&self, mut outs: Outs) {
+        outs.sort_by_key(|(role, sector, _)| (*role, *sector));
+        let io = self.io_map();
+        let mut per_role: Vec<(super::RoleMember, Vec<(u64, Vec<&[u8]>)>)> = Vec::new();
+        for (role, sector, bytes) in &outs {
+            let Some(rm) = io.write.get(*role).cloned().flatten() else { continue };
+            let slice = bytes.as_slice();
+            let sectors = slice.len() as u64 / SECTOR_BYTES;
+            match per_role.last_mut() {
+                Some((last, runs)) if last.device == rm.device => match runs.last_mut() {
+                    Some((start, parts)) if *start + parts.iter().map(|p| p.len() as u64 / SECTOR_BYTES).sum::<u64>() == *sector => {
+                        parts.push(slice)
+                    }
+                    _ => runs.push((*sector, vec![slice])),
+                },
+                _ => per_role.push((rm, vec![(*sector, vec![slice])])),
+            }
+            let _ = sectors;
         }
-        self.write_members(io, &out);
+        let ops: Vec<(usize, Box<dyn FnOnce() -> (usize, std::io::Result<()>) + Send + '_>)> = per_role
+            .into_iter()
+            .map(|(rm, runs)| {
+                let bytes: usize = runs.iter().flat_map(|(_, p)| p.iter()).map(|p| p.len()).sum();
+                let f: Box<dyn FnOnce() -> (usize, std::io::Result<()>) + Send> = Box::new(move || {
+                    for (sector, parts) in &runs {
+                        if let Err(e) = rm.member.write_vectored_at(parts, rm.data_offset + sector * SECTOR_BYTES) {
+                            return (rm.device, Err(e));
+                        }
+                    }
+                    (rm.device, Ok(()))
+                });
+                (bytes, f)
+            })
+            .collect();
+        for (device, result) in crate::parallel::run_all(ops) {
+            if let Err(e) = result {
+                self.fail_device(device, &e.to_string());
+            }
+        }
     }
 
     /// Writes each (role, member sector, bytes) to the role's write target, in parallel;

@@ -1,0 +1,99 @@
+//! Shared by the FUSE tests: arrays made with the real create planner, skip checks, and a
+//! tiny deterministic generator.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use uraid_core::geometry::Level;
+use uraid_core::metadata::create::{plan_create, CreateRequest, InitialSync, NewDevice};
+use uraid_core::metadata::sb1::MdTime;
+use uraid_engine::create::write_plan;
+use uraid_engine::{Array, ArrayOptions, Member};
+
+/// Writes md metadata for a new array over `members` (all the same size).
+pub fn create(level: Level, members: &[Arc<dyn Member>], chunk_kib: u32) {
+    let size = members[0].size_bytes();
+    let mut req = CreateRequest::new(
+        level,
+        "fuse",
+        (0..members.len()).map(|i| Some(NewDevice { size_bytes: size, device_uuid: [i as u8 + 1; 16] })).collect(),
+        [0x5a; 16],
+        MdTime::from_parts(1_700_000_000, 0),
+    );
+    if !matches!(level, Level::Raid1) {
+        req.chunk_bytes = Some(chunk_kib * 1024);
+    }
+    req.initial_sync = InitialSync::AssumeClean;
+    let plan = plan_create(&req).expect("plan");
+    let m: Vec<Option<Arc<dyn Member>>> = members.iter().map(|m| Some(m.clone())).collect();
+    write_plan(&plan, &m, &[]).expect("write plan");
+}
+
+pub fn assemble(members: &[Arc<dyn Member>], writable: bool) -> Array {
+    let opts = ArrayOptions { writable, ..Default::default() };
+    Array::assemble(members.to_vec(), &opts).map(|(a, _)| a).unwrap_or_else(|e| panic!("assemble: {e}"))
+}
+
+/// Why FUSE tests cannot run here, if they cannot.
+pub fn fuse_unavailable() -> Option<String> {
+    if !Path::new("/dev/fuse").exists() {
+        return Some("/dev/fuse is missing (no FUSE in this kernel or container)".into());
+    }
+    let root = Command::new("id").arg("-u").output().map(|o| o.stdout.starts_with(b"0\n")).unwrap_or(false);
+    if !root && !have("fusermount3") {
+        return Some("not root and fusermount3 is missing (install Debian's fuse3)".into());
+    }
+    None
+}
+
+pub fn is_root() -> bool {
+    Command::new("id").arg("-u").output().map(|o| o.stdout.starts_with(b"0\n")).unwrap_or(false)
+}
+
+pub fn have(tool: &str) -> bool {
+    Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output().map(|o| o.status.success()).unwrap_or(false)
+}
+
+/// Runs a command, panicking with its output if it fails; returns stdout.
+pub fn run(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("running {cmd}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Whether `dir` is a mount point now (per /proc/self/mountinfo).
+pub fn is_mount_point(dir: &Path) -> bool {
+    let Ok(canon) = dir.canonicalize() else { return false };
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return false };
+    let want = canon.to_string_lossy().replace(' ', "\\040");
+    info.lines().any(|l| l.split(' ').nth(4) == Some(want.as_str()))
+}
+
+/// xorshift64: deterministic data and offsets without extra crates.
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        let mut v = Vec::with_capacity(n + 8);
+        while v.len() < n {
+            v.extend_from_slice(&self.next().to_le_bytes());
+        }
+        v.truncate(n);
+        v
+    }
+}
