@@ -43,6 +43,10 @@ pub struct ServeArgs {
     /// Export the array over NBD at ADDR: host:port (e.g. 127.0.0.1:10809) or unix:PATH.
     #[arg(long, value_name = "ADDR")]
     pub nbd: Option<String>,
+    /// Mount a FUSE filesystem at DIR holding the array as one regular file, NAME.img
+    /// (usable as a loop device's backing file: losetup, mkfs, mount).
+    #[arg(long, value_name = "DIR")]
+    pub fuse: Option<PathBuf>,
     /// Name to serve the array under (default: the superblock's name; 0.90 has none, so
     /// its uuid is used).
     #[arg(long)]
@@ -411,6 +415,31 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
                 eprintln!("uraid: NBD server stopped: {e}");
                 stop.store(true, Ordering::Release);
             }
+        }));
+    }
+    if let Some(dir) = &args.fuse {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let file = format!("{}.img", served.name().replace('/', "_"));
+        let mount = uraid_fuse::mount(dir, vec![(file.clone(), served.array.clone())], served.stop_flag())
+            .with_context(|| format!("FUSE: mounting {}", dir.display()))?;
+        let path = dir.join(&file);
+        if !args.json {
+            eprintln!("uraid: FUSE file {}", path.display());
+        }
+        if let Ok(mut e) = served.exports.lock() {
+            e.push(format!("fuse {}", path.display()));
+        }
+        let stop = served.stop_flag();
+        extra.push(Box::new(move || {
+            match mount.wait() {
+                Ok(uraid_fuse::UnmountOutcome::Detached) => {
+                    eprintln!("uraid: {} was busy (a loop device still attached?); detached lazily", path.display())
+                }
+                Ok(_) => {}
+                Err(e) => eprintln!("uraid: FUSE: {e}"),
+            }
+            // The filesystem went away (stopped, or unmounted from outside): stop serving.
+            stop.store(true, Ordering::Release);
         }));
     }
     run_served(served, extra)
