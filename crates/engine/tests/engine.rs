@@ -45,7 +45,7 @@ fn every_level_and_layout_reads_back_what_was_written_and_stays_consistent() {
         let made = make(&shape);
         let a = open(&made.members, false);
         let mut model = vec![0u8; a.size_bytes() as usize];
-        let mut rng = Rng(0x1234 + shape.disks as u64 * 7 + shape.layout.unwrap_or(0) as u64);
+        let mut rng = Rng::new(0x1234 + shape.disks as u64 * 7 + shape.layout.unwrap_or(0) as u64);
         random_writes(&a, &mut model, &mut rng, 60);
         assert!(read_all(&a) == model, "{:?} {:?}: read-back differs", shape.level, shape.layout);
         assert_eq!(check_clean(&a).mismatch_sectors, 0, "{:?} {:?}: redundancy inconsistent", shape.level, shape.layout);
@@ -68,7 +68,7 @@ fn degraded_reads_and_writes_keep_data_for_every_tolerated_loss() {
             let made = make(&shape);
             let a = open(&made.members, false);
             let mut model = vec![0u8; a.size_bytes() as usize];
-            let mut rng = Rng(99 + fail.iter().sum::<usize>() as u64);
+            let mut rng = Rng::new(99 + fail.iter().sum::<usize>() as u64);
             random_writes(&a, &mut model, &mut rng, 20);
             for &role in &fail {
                 a.fail_role(role).unwrap();
@@ -108,7 +108,7 @@ fn a_hot_spare_is_rebuilt_and_then_carries_the_data() {
         let made = make(&shape);
         let a = open(&[made.members.clone(), made.spares.clone()].concat(), false);
         let mut model = vec![0u8; a.size_bytes() as usize];
-        let mut rng = Rng(7);
+        let mut rng = Rng::new(7);
         random_writes(&a, &mut model, &mut rng, 30);
         a.fail_role(1).unwrap();
         assert_eq!(a.pending_job(), Some(JobKind::Recovery), "{:?}: spare not taken", shape.level);
@@ -131,7 +131,7 @@ fn resync_makes_garbage_parity_consistent() {
         let shape = shape.sync(InitialSync::Resync);
         let made = make(&shape);
         // Scribble on the data areas so redundancy is inconsistent before the resync.
-        let mut rng = Rng(5);
+        let mut rng = Rng::new(5);
         for m in &made.members {
             use uraid_engine::Member;
             let junk = rng.bytes(1 << 20);
@@ -157,7 +157,7 @@ fn check_names_the_corrupted_raid6_member_and_repair_fixes_parity() {
     let made = make(&shape);
     let a = open(&made.members, false);
     let mut model = vec![0u8; a.size_bytes() as usize];
-    random_writes(&a, &mut model, &mut Rng(3), 40);
+    random_writes(&a, &mut model, &mut Rng::new(3), 40);
     a.flush().unwrap();
     // Corrupt 4 KiB of member 3's data area directly.
     use uraid_engine::Member;
@@ -197,7 +197,7 @@ fn a_device_added_to_a_degraded_array_is_rebuilt_and_a_too_small_one_is_refused(
         let made = make(&shape);
         let a = open(&made.members, false);
         let mut model = vec![0u8; a.size_bytes() as usize];
-        let mut rng = Rng(11);
+        let mut rng = Rng::new(11);
         random_writes(&a, &mut model, &mut rng, 20);
         a.fail_role(0).unwrap();
         let small: Arc<dyn Member> = Arc::new(MemMember::zeroed("small", 1 << 20));

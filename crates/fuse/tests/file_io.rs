@@ -70,7 +70,7 @@ fn random_io_matches_model_and_survives_reassembly() {
                 let path = path.clone();
                 s.spawn(move || {
                     let f = OpenOptions::new().read(true).write(true).open(&path).expect("open rw");
-                    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (t + 1));
+                    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15 ^ (t + 1));
                     let mut done = Vec::new();
                     for _ in 0..60 {
                         let len = match rng.below(4) {
@@ -101,7 +101,7 @@ fn random_io_matches_model_and_survives_reassembly() {
 
     let f = OpenOptions::new().read(true).write(true).open(&path).expect("open rw");
     // Random reads anywhere, including across the quarters and to the very end.
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     for _ in 0..200 {
         let len = 1 + rng.below(2 << 20).min(size - 1);
         let off = rng.below(size - len + 1);

@@ -117,7 +117,7 @@ fn ext4_on_loop_on_fuse_on_raid5() {
     let mut ext4 = MountGuard(Some(mnt_dir.clone()));
 
     // A tree of files: sizes from empty to a few MiB, some not a multiple of the block.
-    let mut rng = Rng(0xfeed_f00d);
+    let mut rng = Rng::new(0xfeed_f00d);
     let mut expected: Vec<(PathBuf, [u8; 32])> = Vec::new();
     let sizes = [0usize, 1, 511, 4096, 65_537, 200_000, 1 << 20, 3 << 20, 5_000_123];
     for d in 0..3 {

@@ -131,7 +131,7 @@ fn default_export_and_export_name_with_zeroes() {
 fn random_io(addr: &str, name: &str, seed: u64) {
     let (mut s, size, _) = Sock::open(addr, name);
     let mut model = vec![0u8; size as usize];
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     for i in 0..300 {
         let len = match rng.below(4) {
             0 => 1 + rng.below(700),
@@ -279,7 +279,7 @@ fn malformed_clients_are_disconnected_and_the_server_survives() {
     assert!(t.elapsed() < Duration::from_secs(5), "handshake time-out took {:?}", t.elapsed());
 
     // Garbage of every sort, then a well-behaved client still works.
-    let mut rng = Rng(77);
+    let mut rng = Rng::new(77);
     for _ in 0..20 {
         let mut s = Sock::connect(&server.addr);
         let n = rng.below(300) as usize;
@@ -297,7 +297,7 @@ fn malformed_clients_are_disconnected_and_the_server_survives() {
 fn pipelined_requests_on_one_connection() {
     let server = Running::start("127.0.0.1:0", vec![export("p")]);
     let (s, size, _) = Sock::open(&server.addr, "p");
-    let mut rng = Rng(4242);
+    let mut rng = Rng::new(4242);
     // Disjoint regions so concurrent writes have one right answer.
     let region = 64 * 1024u64;
     let regions = (size / region).min(48);

@@ -91,7 +91,7 @@ fn nbdcopy_in_and_out_and_qemu_img_compare() {
     let uri = &server.uris[0];
 
     let src = dir.path().join("src.img");
-    let data = Rng(0xC0FFEE).bytes(8 << 20);
+    let data = Rng::new(0xC0FFEE).bytes(8 << 20);
     std::fs::write(&src, &data).expect("write src");
     let src_s = src.to_string_lossy().into_owned();
     // In: file → export (several connections in parallel: the export says CAN_MULTI_CONN).

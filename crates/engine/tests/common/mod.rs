@@ -81,22 +81,8 @@ pub fn open(devs: &[Arc<MemMember>], run: bool) -> Array {
     Array::assemble(d, &opts).map(|(a, _)| a).unwrap_or_else(|e| panic!("assemble: {e}"))
 }
 
-/// Tiny deterministic generator (no external crates in the engine's tests).
-pub struct Rng(pub u64);
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
+/// Seeded test data: the parity crate's generator, shared by every test suite.
+pub use uraid_parity::testdata::Prng as Rng;
 
 pub fn read_all(a: &Array) -> Vec<u8> {
     let mut v = vec![0u8; a.size_bytes() as usize];

@@ -76,24 +76,5 @@ pub fn is_mount_point(dir: &Path) -> bool {
     info.lines().any(|l| l.split(' ').nth(4) == Some(want.as_str()))
 }
 
-/// xorshift64: deterministic data and offsets without extra crates.
-pub struct Rng(pub u64);
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
-        let mut v = Vec::with_capacity(n + 8);
-        while v.len() < n {
-            v.extend_from_slice(&self.next().to_le_bytes());
-        }
-        v.truncate(n);
-        v
-    }
-}
+/// Seeded test data: the parity crate's generator, shared by every test suite.
+pub use uraid_parity::testdata::Prng as Rng;
