@@ -271,3 +271,23 @@ fn write_intent_bitmap_marks_written_regions_before_writing_and_clears_when_clea
         assert_eq!(disk_bitmap(&made.members[0]).dirty_chunks().count(), 0);
     }
 }
+
+#[test]
+fn a_spare_added_during_a_rebuild_is_rebuilt_next() {
+    use std::sync::Arc;
+    use uraid_engine::MemMember;
+    let shape = Shape::new(Level::Raid6, 5);
+    let made = make(&shape);
+    let a = open(&made.members, false);
+    let mut model = vec![0u8; a.size_bytes() as usize];
+    random_writes(&a, &mut model, &mut Rng::new(21), 20);
+    a.fail_role(1).unwrap();
+    a.fail_role(3).unwrap();
+    a.add_device(Arc::new(MemMember::zeroed("s0", shape.member_bytes)), [1; 16]).unwrap();
+    a.recovery_step(64).unwrap(); // the first rebuild is under way
+    a.add_device(Arc::new(MemMember::zeroed("s1", shape.member_bytes)), [2; 16]).unwrap();
+    run_recovery(&a);
+    assert!(a.missing_roles().is_empty(), "second spare never rebuilt: missing {:?}", a.missing_roles());
+    assert_eq!(check_clean(&a).mismatch_sectors, 0);
+    assert!(read_all(&a) == model);
+}

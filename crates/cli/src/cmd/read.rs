@@ -14,11 +14,11 @@ pub struct ReadArgs {
     /// Member devices or image files, in any order (opened read-only; never written).
     #[arg(required = true)]
     devices: Vec<PathBuf>,
-    /// First array byte to read.
-    #[arg(long, default_value_t = 0)]
+    /// First array byte to read (suffixes K, M, G, T: binary units).
+    #[arg(long, default_value = "0", value_parser = crate::util::parse_size)]
     offset: u64,
-    /// Bytes to read (default: to the end of the array).
-    #[arg(long)]
+    /// Bytes to read (default: to the end of the array; K, M, G, T suffixes).
+    #[arg(long, value_parser = crate::util::parse_size)]
     length: Option<u64>,
     /// Like mdadm --force: start a dirty degraded array, or use stale members if needed.
     #[arg(long)]

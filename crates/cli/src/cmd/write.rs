@@ -14,8 +14,8 @@ pub struct WriteArgs {
     /// Member devices or image files, in any order.
     #[arg(required = true)]
     devices: Vec<PathBuf>,
-    /// Array byte offset where stdin is written.
-    #[arg(long, default_value_t = 0)]
+    /// Array byte offset where stdin is written (K, M, G, T suffixes).
+    #[arg(long, default_value = "0", value_parser = crate::util::parse_size)]
     offset: u64,
     /// Like mdadm --force (dirty degraded arrays, stale members).
     #[arg(long)]

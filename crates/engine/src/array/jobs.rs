@@ -235,6 +235,12 @@ impl Array {
         self.rebuild_io_map(&meta);
         let resync = if self.dirty.load(Ordering::Acquire) { 0 } else { self.resync_position() };
         self.persist(&mut meta, resync);
+        drop(meta);
+        if done >= total {
+            // As md re-checks its spares when a recovery ends: another missing role may be
+            // waiting for a spare that was added while this rebuild ran.
+            self.start_recovery_if_possible();
+        }
         Ok(JobProgress { kind: JobKind::Recovery, done_sectors: done.min(total), total_sectors: total })
     }
 
