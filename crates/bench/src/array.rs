@@ -63,13 +63,13 @@ fn data_disks(level: Level, n: usize) -> usize {
     }
 }
 
-struct Built {
-    array: Array,
-    paths: Vec<PathBuf>,
-    member_bytes: u64,
+pub(crate) struct Built {
+    pub(crate) array: Array,
+    pub(crate) paths: Vec<PathBuf>,
+    pub(crate) member_bytes: u64,
 }
 
-fn build(dir: &Path, level: Level, n: usize, chunk: u32, data_bytes: u64) -> Result<Built, String> {
+pub(crate) fn build(dir: &Path, level: Level, n: usize, chunk: u32, data_bytes: u64) -> Result<Built, String> {
     let dd = data_disks(level, n) as u64;
     // Room for the data plus md's 1 MiB-ish metadata headroom (data offset up to 128 MiB is
     // chosen from the size; small members get a small offset).

@@ -1,5 +1,12 @@
 //! uraid's benchmarks: workloads, the peers they are compared with, and report rendering.
 
-pub mod isal;
 pub mod array;
+pub mod fio;
+pub mod isal;
+pub mod machine;
 pub mod parity;
+pub mod plot;
+pub mod report;
+pub mod stats;
+pub mod suite;
+pub mod target;

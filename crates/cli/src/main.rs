@@ -20,7 +20,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Measure uraid: parity kernels against ISA-L and memcpy.
+    /// Measure uraid: level comparison, seq/rand/mixed/throughput/degraded/rebuild workloads
+    /// against a plain file, parity kernels against ISA-L (see docs/BENCH.md).
     Bench(cmd::bench::BenchArgs),
     /// Create a new array (md superblocks, mdadm's defaults) and run its initial sync.
     Create(cmd::create::CreateArgs),

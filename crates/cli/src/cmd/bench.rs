@@ -8,16 +8,35 @@ use std::time::Duration;
 use uraid_bench::parity::{self, ParityBenchConfig};
 use uraid_parity::Op;
 
+/// With no subcommand: every workload below on RAID 0/1/5/6/10 and the peer, then a summary.
 #[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct BenchArgs {
     #[command(subcommand)]
     workload: Option<Workload>,
+    #[command(flatten)]
+    suite: SuiteArgs,
 }
 
 #[derive(Subcommand)]
 enum Workload {
-    /// In-process arrays over file-backed members: sequential write/read, degraded read,
-    /// recovery, each against the same work on one plain file (the default workload).
+    /// Every workload (what `uraid bench` runs with no subcommand).
+    All(SuiteArgs),
+    /// Sequential write then read, sweeping chunk size × request size.
+    Seq(SuiteArgs),
+    /// Random reads and writes, --jobs × --iodepth in flight, latency percentiles.
+    Rand(SuiteArgs),
+    /// 1..=N random readers while one writer appends small writes to ten "files".
+    Mixed(SuiteArgs),
+    /// iozone -t style: N jobs on own regions; write, rewrite, read, reread, random read/write.
+    Throughput(SuiteArgs),
+    /// seq and rand with one member failed (RAID6: two).
+    Degraded(SuiteArgs),
+    /// Rebuild onto a spare in a thread while random reads run: rebuild time, latency.
+    Rebuild(SuiteArgs),
+    /// Ratios of the matching measurements of two JSON reports (B over A).
+    Compare(CompareArgs),
+    /// The older single-table bench: seq write/read, degraded read, recovery, one size.
     Array(ArrayArgs),
     /// Parity kernels per operation and stripe shape, warm and cold, against ISA-L and memcpy.
     Parity(ParityArgs),
@@ -63,6 +82,82 @@ impl Default for ArrayArgs {
     }
 }
 
+#[derive(Args, Clone)]
+struct SuiteArgs {
+    /// Folder for the member files (default: a new folder in /dev/shm if it is tmpfs, else
+    /// in the system temp dir).
+    #[arg(long)]
+    dir: Option<std::path::PathBuf>,
+    /// Run the peer workloads on this file or block device instead of a new plain file.
+    /// Its contents are OVERWRITTEN.
+    #[arg(long)]
+    target: Option<std::path::PathBuf>,
+    /// Skip the peer.
+    #[arg(long)]
+    no_peer: bool,
+    /// Levels to compare (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = ["0".to_string(), "1".into(), "5".into(), "6".into(), "10".into()])]
+    levels: Vec<String>,
+    /// Members per array (raised to a level's minimum).
+    #[arg(long, default_value_t = 4)]
+    members: usize,
+    /// Chunk of the arrays (mdadm's default); seq also sweeps --seq-chunks.
+    #[arg(long, default_value = "512K")]
+    chunk: String,
+    /// Bytes of array (and peer) the workloads spread over; written once before measuring.
+    #[arg(long, default_value = "256M")]
+    size: String,
+    /// Milliseconds per measured point (a sequential pass also stops at the region's end).
+    #[arg(long, default_value_t = 400)]
+    time_ms: u64,
+    /// seq: chunk sizes to sweep (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = ["64K".to_string(), "512K".into()])]
+    seq_chunks: Vec<String>,
+    /// seq: request sizes to sweep (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = ["4K".to_string(), "64K".into(), "1M".into()])]
+    seq_blocks: Vec<String>,
+    /// rand/degraded/rebuild: request size.
+    #[arg(long, default_value = "4K")]
+    block: String,
+    /// Jobs (threads) for rand and throughput.
+    #[arg(long, default_value_t = 2)]
+    jobs: usize,
+    /// Requests each job keeps outstanding (the engine is synchronous: carried by threads,
+    /// jobs × iodepth in all).
+    #[arg(long, default_value_t = 2)]
+    iodepth: usize,
+    /// mixed: up to this many concurrent readers.
+    #[arg(long, default_value_t = 5)]
+    readers: usize,
+    /// mixed: read sizes to sweep (comma-separated), e.g. 16K,64K,256K,1M,5M.
+    #[arg(long, value_delimiter = ',', default_values_t = ["1M".to_string()])]
+    read_sizes: Vec<String>,
+    /// mixed: the writer's append size and milliseconds between appends.
+    #[arg(long, default_value = "16K")]
+    append_size: String,
+    #[arg(long, default_value_t = 100)]
+    append_interval_ms: u64,
+    /// throughput: bytes per job and record size.
+    #[arg(long, default_value = "32M")]
+    job_size: String,
+    #[arg(long, default_value = "64K")]
+    record: String,
+    /// Write report.json, measurements.csv, plots (PNG+SVG), fio jobs and index.html here.
+    #[arg(long)]
+    report: Option<std::path::PathBuf>,
+    /// Print the JSON report only (no progress, no tables).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct CompareArgs {
+    /// Baseline report (report.json or `--json` output).
+    a: std::path::PathBuf,
+    /// Report compared with it.
+    b: std::path::PathBuf,
+}
+
 #[derive(Args)]
 struct ParityArgs {
     /// Print one JSON array of records and nothing else on stdout.
@@ -89,24 +184,140 @@ struct ParityArgs {
 }
 
 pub fn run(args: BenchArgs) -> Result<ExitCode> {
+    use uraid_bench::suite::Workload as W;
     match args.workload {
         Some(Workload::Parity(p)) => run_parity(p),
         Some(Workload::Array(a)) => run_array(a),
-        None => run_array(ArrayArgs::default()),
+        Some(Workload::Compare(c)) => run_compare(c),
+        Some(Workload::All(s)) => run_suite(s, &W::ALL),
+        Some(Workload::Seq(s)) => run_suite(s, &[W::Seq]),
+        Some(Workload::Rand(s)) => run_suite(s, &[W::Rand]),
+        Some(Workload::Mixed(s)) => run_suite(s, &[W::Mixed]),
+        Some(Workload::Throughput(s)) => run_suite(s, &[W::Throughput]),
+        Some(Workload::Degraded(s)) => run_suite(s, &[W::Degraded]),
+        Some(Workload::Rebuild(s)) => run_suite(s, &[W::Rebuild]),
+        None => run_suite(args.suite, &W::ALL),
     }
+}
+
+fn sizes(v: &[String]) -> Result<Vec<u64>> {
+    v.iter().map(|s| crate::util::parse_size(s)).collect()
+}
+
+fn bench_dir(dir: &Option<std::path::PathBuf>) -> Result<tempfile::TempDir> {
+    let base = match dir {
+        Some(d) => d.clone(),
+        None if std::path::Path::new("/dev/shm").is_dir() => "/dev/shm".into(),
+        None => std::env::temp_dir(),
+    };
+    Ok(tempfile::Builder::new().prefix("uraid-bench").tempdir_in(&base)?)
+}
+
+fn run_suite(a: SuiteArgs, workloads: &[uraid_bench::suite::Workload]) -> Result<ExitCode> {
+    use uraid_bench::machine::{parity_kernels, Backing, Machine};
+    use uraid_bench::suite::{self, SuiteConfig};
+    let wall = std::time::Instant::now();
+    let started_unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let tmp = bench_dir(&a.dir)?;
+    let mut cfg = SuiteConfig::defaults(tmp.path().to_path_buf());
+    cfg.target = a.target.clone();
+    cfg.peer = !a.no_peer;
+    cfg.levels = a.levels.iter().map(|l| crate::cmd::create::parse_level(l)).collect::<Result<Vec<_>>>()?;
+    cfg.members = a.members;
+    cfg.chunk_bytes = u32::try_from(crate::util::parse_size(&a.chunk)?)?;
+    cfg.region_bytes = crate::util::parse_size(&a.size)?;
+    cfg.workloads = workloads.to_vec();
+    cfg.time_per_point = Duration::from_millis(a.time_ms.max(1));
+    cfg.seq_chunks = sizes(&a.seq_chunks)?.into_iter().map(u32::try_from).collect::<Result<_, _>>()?;
+    cfg.seq_blocks = sizes(&a.seq_blocks)?;
+    cfg.rand_block = crate::util::parse_size(&a.block)?;
+    cfg.jobs = a.jobs.max(1);
+    cfg.iodepth = a.iodepth.max(1);
+    cfg.mixed_max_readers = a.readers.max(1);
+    cfg.mixed_read_sizes = sizes(&a.read_sizes)?;
+    cfg.mixed_append_bytes = crate::util::parse_size(&a.append_size)?;
+    cfg.mixed_append_interval = Duration::from_millis(a.append_interval_ms);
+    cfg.tp_bytes_per_job = crate::util::parse_size(&a.job_size)?;
+    cfg.tp_record = crate::util::parse_size(&a.record)?;
+    for (what, v) in [("--block", cfg.rand_block), ("--record", cfg.tp_record), ("--append-size", cfg.mixed_append_bytes)]
+        .into_iter()
+        .chain(cfg.seq_blocks.iter().map(|b| ("--seq-blocks", *b)))
+        .chain(cfg.mixed_read_sizes.iter().map(|b| ("--read-sizes", *b)))
+    {
+        if v == 0 || v % 512 != 0 || v > cfg.region_bytes / 4 {
+            bail!("{what} {v}: must be a non-zero multiple of 512 and at most a quarter of --size");
+        }
+    }
+    let machine = Machine::probe();
+    let peer = match &cfg.target {
+        Some(p) => format!("{} (given with --target)", p.display()),
+        None if cfg.peer => "one plain file next to the members".into(),
+        None => "none (--no-peer)".into(),
+    };
+    let backing = Backing::describe(tmp.path(), cfg.region_bytes * 2, machine.mem_total_mib, peer);
+    let quiet = a.json;
+    let tty = std::io::stderr().is_terminal();
+    // Choose parity kernels now, so the start-up measurement is not timed as array I/O.
+    let kernels = parity_kernels();
+    if !quiet {
+        eprintln!("uraid bench: {} in {} ({})", workloads.iter().map(|w| w.name()).collect::<Vec<_>>().join(","), tmp.path().display(), backing.fs_type);
+    }
+    let res = suite::run(&cfg, &mut |line| {
+        if !quiet {
+            let t = wall.elapsed().as_secs_f64();
+            if tty {
+                eprint!("\r\x1b[K[{t:5.1}s] {line}");
+            } else {
+                eprintln!("[{t:5.1}s] {line}");
+            }
+        }
+    })
+    .map_err(|e| anyhow::anyhow!(e))?;
+    if !quiet && tty {
+        eprint!("\r\x1b[K");
+    }
+    let report = uraid_bench::report::Report {
+        schema: uraid_bench::report::SCHEMA,
+        uraid_version: env!("CARGO_PKG_VERSION").into(),
+        started_unix,
+        wall_secs: wall.elapsed().as_secs_f64(),
+        machine,
+        backing,
+        parity_kernels: kernels,
+        config: cfg.record(),
+        measurements: res.measurements,
+        rebuild_timelines: res.timelines,
+    };
+    if let Some(dir) = &a.report {
+        let plots = report.write_dir(dir).map_err(|e| anyhow::anyhow!(e))?;
+        if !quiet {
+            eprintln!("report: {} ({} plots, index.html)", dir.display(), plots.len());
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.text());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_compare(c: CompareArgs) -> Result<ExitCode> {
+    let load = |p: &std::path::Path| -> Result<uraid_bench::report::Report> {
+        let text = std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+        serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: not a uraid bench report: {e}", p.display()))
+    };
+    let (a, b) = (load(&c.a)?, load(&c.b)?);
+    print!("{}", uraid_bench::report::compare(&a, &b).map_err(|e| anyhow::anyhow!(e))?);
+    Ok(ExitCode::SUCCESS)
 }
 
 fn run_array(a: ArrayArgs) -> Result<ExitCode> {
     let levels = a.levels.iter().map(|l| crate::cmd::create::parse_level(l)).collect::<Result<Vec<_>>>()?;
     let chunk = u32::try_from(crate::util::parse_size(&a.chunk)?)?;
     let size = crate::util::parse_size(&a.size)?;
-    let base = match &a.dir {
-        Some(d) => d.clone(),
-        None if std::path::Path::new("/dev/shm").is_dir() => "/dev/shm".into(),
-        None => std::env::temp_dir(),
-    };
-    let tmp = tempfile::Builder::new().prefix("uraid-bench").tempdir_in(&base)?;
-    let backing = describe_backing(tmp.path());
+    let tmp = bench_dir(&a.dir)?;
+    let backing = format!("{} ({})", uraid_bench::machine::fs_type(tmp.path()), tmp.path().display());
     let cfg = uraid_bench::array::ArrayBenchConfig {
         dir: tmp.path().to_path_buf(),
         levels,
@@ -138,20 +349,6 @@ fn run_array(a: ArrayArgs) -> Result<ExitCode> {
         print!("{}", uraid_bench::array::render(&records, &backing));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// "tmpfs (/dev/shm/…)" or the filesystem type, for the report.
-fn describe_backing(dir: &std::path::Path) -> String {
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-    let d = dir.display().to_string();
-    let best = mounts
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() > 2 && d.starts_with(f[1])).then(|| (f[1].len(), f[2].to_string()))
-        })
-        .max();
-    format!("{} ({d})", best.map_or("unknown".into(), |b| b.1))
 }
 
 fn run_parity(a: ParityArgs) -> Result<ExitCode> {
