@@ -73,26 +73,52 @@ fn check_len(expected: usize, found: usize) -> Result<(), ParityError> {
     Ok(())
 }
 
-/// Pointer table on the stack: one allocation-free gather per call.
-struct Sources {
-    ptrs: [*const u8; MAX_XOR_BLOCKS],
-    count: usize,
+/// Stripes up to this many blocks gather their pointers on the stack; wider ones allocate.
+/// (Zeroing a 256-entry table on every call costs as much as XOR-ing a 4 KiB stripe.)
+const INLINE_BLOCKS: usize = 32;
+
+/// Pointer table for one call: inline for common stripe widths, on the heap beyond.
+enum PointerTable<T: Copy> {
+    Inline([T; INLINE_BLOCKS], usize),
+    Heap(Vec<T>),
 }
+
+impl<T: Copy> PointerTable<T> {
+    fn new(count: usize, fill: T) -> Self {
+        if count <= INLINE_BLOCKS {
+            PointerTable::Inline([fill; INLINE_BLOCKS], count)
+        } else {
+            PointerTable::Heap(vec![fill; count])
+        }
+    }
+    fn as_slice(&self) -> &[T] {
+        match self {
+            PointerTable::Inline(a, n) => &a[..*n],
+            PointerTable::Heap(v) => v,
+        }
+    }
+    fn as_mut_slice(&mut self) -> &mut [T] {
+        match self {
+            PointerTable::Inline(a, n) => &mut a[..*n],
+            PointerTable::Heap(v) => v,
+        }
+    }
+}
+
+/// Source pointers of one call, after checking every block's length.
+struct Sources(PointerTable<*const u8>);
 
 impl Sources {
     fn of(data: &[&[u8]], len: usize) -> Result<Self, ParityError> {
-        let mut s = Sources {
-            ptrs: [std::ptr::null(); MAX_XOR_BLOCKS],
-            count: data.len(),
-        };
-        for (slot, d) in s.ptrs.iter_mut().zip(data) {
+        let mut t = PointerTable::new(data.len(), std::ptr::null());
+        for (slot, d) in t.as_mut_slice().iter_mut().zip(data) {
             check_len(len, d.len())?;
             *slot = d.as_ptr();
         }
-        Ok(s)
+        Ok(Sources(t))
     }
     fn as_slice(&self) -> &[*const u8] {
-        &self.ptrs[..self.count]
+        self.0.as_slice()
     }
 }
 
@@ -203,15 +229,16 @@ impl Kernel {
             "kernel {} not supported by this CPU",
             self.name
         );
-        let mut ptrs = [std::ptr::null_mut::<u8>(); MAX_XOR_BLOCKS];
+        let mut ptr_table = PointerTable::new(n, std::ptr::null_mut::<u8>());
+        let ptrs = ptr_table.as_mut_slice();
         for (slot, d) in ptrs.iter_mut().zip(data.iter_mut()) {
             *slot = d.as_mut_ptr();
         }
-        let mut srcs = [std::ptr::null::<u8>(); MAX_XOR_BLOCKS];
-        for i in 0..n {
-            srcs[i] = ptrs[i];
+        let mut src_table = PointerTable::new(n, std::ptr::null::<u8>());
+        let srcs = src_table.as_mut_slice();
+        for (s, p) in srcs.iter_mut().zip(ptrs.iter()) {
+            *s = *p;
         }
-        let srcs = &mut srcs[..n];
         // SAFETY (all arms): lengths, counts and indices checked above; every lost data block
         // is null in `srcs`, so the kernel only writes it (through `ptrs`) and never reads it.
         match lost.as_slice() {
