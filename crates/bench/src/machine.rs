@@ -78,14 +78,31 @@ impl Backing {
         } else {
             format!(
                 "members are files on {fs}, read and written through the page cache (O_DIRECT is not implemented); \
-                 the data set is {} MiB against {} MiB of RAM, so {}",
+                 the data set is {} MiB against {} MiB of RAM; {}",
                 data_bytes >> 20,
                 mem_total_mib,
-                if data_bytes >> 20 > mem_total_mib { "reads mostly reach the device" } else { "reads may be served from the page cache: treat read figures as cache speed" }
+                if data_bytes >> 20 > mem_total_mib {
+                    "reads mostly reach the device"
+                } else if std::fs::metadata("/proc/sys/vm/drop_caches").map(|m| !m.permissions().readonly()).unwrap_or(false) {
+                    "the page cache is dropped (echo 1 > /proc/sys/vm/drop_caches) before every sequential read pass; random reads may still hit cache"
+                } else {
+                    "reads may be served from the page cache (not root: cannot drop it): treat read figures as cache speed"
+                }
             )
         };
         Backing { dir: dir.display().to_string(), fs_type: fs, note, peer }
     }
+}
+
+/// Off tmpfs: `sync`, then drop clean page-cache pages (needs root), so reads that follow
+/// reach the members. Returns whether the cache was dropped.
+pub fn drop_page_cache_unless_tmpfs(dir: &Path) -> bool {
+    if fs_type(dir) == "tmpfs" {
+        return false;
+    }
+    // std has no sync(2); the `sync` command flushes every filesystem.
+    let synced = std::process::Command::new("sync").status().map(|s| s.success()).unwrap_or(false);
+    synced && std::fs::write("/proc/sys/vm/drop_caches", "1").is_ok()
 }
 
 /// The parity kernel chosen for one operation and block-size class.

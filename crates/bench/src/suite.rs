@@ -391,6 +391,9 @@ impl Runner<'_> {
         for &b in blocks {
             let w = seq_pass(t, 0, region, b, true, self.cfg.time_per_point)?;
             self.push(workload, state, "write", b, 1, 0, &w);
+            // Off tmpfs, what was just written sits in the page cache: drop it (root only) so
+            // the read reaches the members; the report's backing note says whether it could.
+            crate::machine::drop_page_cache_unless_tmpfs(&self.cfg.dir);
             // Read back the span just written (the whole region was prefilled, so never a hole).
             let r = seq_pass(t, 0, w.bytes.min(region).max(b), b, false, self.cfg.time_per_point)?;
             self.push(workload, state, "read", b, 1, 0, &r);
