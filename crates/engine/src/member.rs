@@ -29,6 +29,18 @@ pub trait Member: Send + Sync {
     }
     /// Makes every completed write durable.
     fn flush(&self) -> io::Result<()>;
+    /// Discards `len` bytes at `offset`: afterwards they read as zeros. The default writes
+    /// zeros; backends that can free the space instead (files: punch a hole) override it.
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        let zeros = vec![0u8; len.min(1 << 20) as usize];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(zeros.len() as u64) as usize;
+            self.write_at(&zeros[..n], offset + done)?;
+            done += n as u64;
+        }
+        Ok(())
+    }
 }
 
 /// A regular file or block device, opened read-only unless writes were asked for, so a
@@ -106,6 +118,29 @@ impl Member for FileMember {
                 at += n as u64;
                 std::io::IoSlice::advance_slices(&mut rest, n);
             }
+        }
+        Ok(())
+    }
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        if !self.writable {
+            return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("{} is open read-only", self.label)));
+        }
+        check_range(self, offset, len as usize)?;
+        if self.file.metadata()?.is_file() {
+            use rustix::fs::{fallocate, FallocateFlags};
+            // A punched hole reads as zeros and frees the space; KEEP_SIZE keeps the member's size.
+            if fallocate(&self.file, FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE, offset, len).is_ok() {
+                return Ok(());
+            }
+        }
+        // Block devices (a discard there need not read back as zeros) and filesystems
+        // without hole punching: write zeros.
+        let zeros = vec![0u8; len.min(1 << 20) as usize];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(zeros.len() as u64) as usize;
+            self.write_at(&zeros[..n], offset + done)?;
+            done += n as u64;
         }
         Ok(())
     }

@@ -291,3 +291,40 @@ fn a_spare_added_during_a_rebuild_is_rebuilt_next() {
     assert_eq!(check_clean(&a).mismatch_sectors, 0);
     assert!(read_all(&a) == model);
 }
+
+#[test]
+fn discard_reads_back_zeros_and_keeps_redundancy_consistent() {
+    for shape in [Shape::new(Level::Raid0, 3), Shape::new(Level::Raid1, 2), Shape::new(Level::Raid10, 4), Shape::new(Level::Raid5, 4), Shape::new(Level::Raid6, 5)] {
+        let made = make(&shape);
+        let a = open(&made.members, false);
+        let mut model = vec![0u8; a.size_bytes() as usize];
+        random_writes(&a, &mut model, &mut Rng::new(31), 30);
+        let (off, len) = (123_457u64, 700_001u64);
+        a.discard(off, len).unwrap();
+        model[off as usize..(off + len) as usize].fill(0);
+        assert!(read_all(&a) == model, "{:?}: discard", shape.level);
+        if !matches!(shape.level, Level::Raid0) {
+            assert_eq!(check_clean(&a).mismatch_sectors, 0, "{:?}", shape.level);
+        }
+    }
+}
+
+#[test]
+fn file_members_punch_holes_for_discard() {
+    use std::os::unix::fs::MetadataExt;
+    use uraid_engine::{FileMember, Member};
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("m.img");
+    std::fs::write(&p, vec![0xabu8; 4 << 20]).unwrap();
+    let m = FileMember::open(&p, true).unwrap();
+    let before = std::fs::metadata(&p).unwrap().blocks();
+    m.discard(1 << 20, 2 << 20).unwrap();
+    let after = std::fs::metadata(&p).unwrap().blocks();
+    let mut buf = vec![1u8; 4096];
+    m.read_at(&mut buf, (1 << 20) + 8192).unwrap();
+    assert!(buf.iter().all(|&b| b == 0));
+    m.read_at(&mut buf, 0).unwrap();
+    assert!(buf.iter().all(|&b| b == 0xab));
+    assert!(after < before, "no space was freed ({before} -> {after} blocks)");
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), 4 << 20);
+}

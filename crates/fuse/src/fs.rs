@@ -415,12 +415,22 @@ impl Filesystem for ArrayFs {
                 Err(e) => reply.error(errno_for(&e)),
             };
         }
-        // PUNCH_HOLE is a discard: the caller gives space back, expecting it to be cheap. An
-        // md array cannot deallocate, so the only way to honour it is to write zeros, which
-        // would turn mkfs's whole-device discard or an fstrim into a full-array write.
-        // EOPNOTSUPP makes the kernel's loop driver stop advertising discard (and fall back
-        // to writing zeros itself for BLKZEROOUT); tools treat discard as optional.
-        reply.error(Errno::EOPNOTSUPP)
+        // PUNCH_HOLE is a discard: the caller gives space back, expecting it to be cheap.
+        // Arrays without parity discard on their members (holes in member files), which is
+        // cheap. On RAID4/5/6 the only way to honour it is to write zeros, which would turn
+        // mkfs's whole-device discard or an fstrim into a full-array write: EOPNOTSUPP makes
+        // the loop driver stop advertising discard there; tools treat discard as optional.
+        if offset >= end || f.array.geometry().as_parity().is_some() {
+            return if offset >= end { reply.ok() } else { reply.error(Errno::EOPNOTSUPP) };
+        }
+        f.dirty.store(true, Ordering::Release);
+        match f.array.discard(offset, end - offset) {
+            Ok(()) => {
+                self.touch(f);
+                reply.ok()
+            }
+            Err(e) => reply.error(errno_for(&e)),
+        }
     }
 
     // The directory is fixed: one file per served array, created by `uraid serve`.

@@ -737,9 +737,10 @@ pub enum Validated {
     Read { offset: u64, length: u32 },
     Write { offset: u64, length: u32, fua: bool },
     Flush,
-    /// TRIM and WRITE_ZEROES both write zeros (md parity levels have no discard that
-    /// keeps parity right).
-    Zero { offset: u64, length: u32, fua: bool },
+    /// TRIM and WRITE_ZEROES: afterwards the range reads as zeros. `may_discard`: the
+    /// server may free the space (TRIM, or WRITE_ZEROES without NO_HOLE) — the array then
+    /// discards on mirror/stripe members and writes zeros on parity levels.
+    Zero { offset: u64, length: u32, fua: bool, may_discard: bool },
     Disconnect,
 }
 
@@ -782,7 +783,12 @@ pub fn validate_request(req: &RequestHeader, limits: &ExportLimits) -> std::resu
         Command::Write => Ok(Validated::Write { offset: req.offset, length: req.length, fua }),
         Command::Trim if !in_range => Err(errno::EINVAL),
         Command::WriteZeroes if !in_range => Err(errno::ENOSPC),
-        Command::Trim | Command::WriteZeroes => Ok(Validated::Zero { offset: req.offset, length: req.length, fua }),
+        Command::Trim | Command::WriteZeroes => Ok(Validated::Zero {
+            offset: req.offset,
+            length: req.length,
+            fua,
+            may_discard: command == Command::Trim || req.flags & cmd_flags::NO_HOLE == 0,
+        }),
         // Handled above; listed so a new Command variant is a compile error here.
         Command::Disc | Command::Unknown(_) | Command::Cache | Command::BlockStatus => Err(errno::EINVAL),
     }
@@ -893,7 +899,11 @@ mod tests {
         assert_eq!(validate_request(&req(cmd::WRITE_ZEROES, cmd_flags::FAST_ZERO, 0, 1), &l), Err(errno::EINVAL));
         assert_eq!(
             validate_request(&req(cmd::WRITE_ZEROES, cmd_flags::NO_HOLE | cmd_flags::FUA, 0, 1), &l),
-            Ok(Validated::Zero { offset: 0, length: 1, fua: true })
+            Ok(Validated::Zero { offset: 0, length: 1, fua: true, may_discard: false })
+        );
+        assert_eq!(
+            validate_request(&req(cmd::TRIM, 0, 0, 1), &l),
+            Ok(Validated::Zero { offset: 0, length: 1, fua: false, may_discard: true })
         );
         assert_eq!(validate_request(&req(cmd::FLUSH, 0, 1, 0), &l), Err(errno::EINVAL));
         assert_eq!(validate_request(&req(cmd::DISC, 0, 0, 0), &l), Ok(Validated::Disconnect));

@@ -591,7 +591,10 @@ fn execute(conn: &Conn, job: Job) {
         }
         Validated::Write { offset, fua, .. } => array.write(offset, &job.data).and_then(|()| flush_if(fua)),
         Validated::Flush => array.flush(),
-        Validated::Zero { offset, length, fua } => array.write_zeroes(offset, length as u64).and_then(|()| flush_if(fua)),
+        Validated::Zero { offset, length, fua, may_discard } => {
+            let zeroed = if may_discard { array.discard(offset, length as u64) } else { array.write_zeroes(offset, length as u64) };
+            zeroed.and_then(|()| flush_if(fua))
+        }
         Validated::Disconnect => return,
     };
     drop(job.data);

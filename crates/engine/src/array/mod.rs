@@ -704,6 +704,56 @@ impl Array {
         Ok(())
     }
 
+    /// TRIM/discard: afterwards the range reads as zeros. On levels without parity the
+    /// members' ranges are discarded themselves (files get holes punched; mirrors stay equal
+    /// because every copy is discarded); on RAID4/5/6 a member discard would break parity,
+    /// so zeros are written through the array.
+    pub fn discard(&self, offset: u64, len: u64) -> Result<(), EngineError> {
+        if self.geometry.as_parity().is_some() {
+            return self.write_zeroes(offset, len);
+        }
+        self.check_range(offset, usize::try_from(len).unwrap_or(usize::MAX))?;
+        if len == 0 {
+            return Ok(());
+        }
+        // Sub-sector edges are zeroed through the normal write path.
+        let first = offset.div_ceil(SECTOR_BYTES);
+        let end = (offset + len) / SECTOR_BYTES;
+        if end <= first {
+            return self.write_zeroes(offset, len);
+        }
+        if offset < first * SECTOR_BYTES {
+            self.write_zeroes(offset, first * SECTOR_BYTES - offset)?;
+        }
+        if (offset + len) > end * SECTOR_BYTES {
+            self.write_zeroes(end * SECTOR_BYTES, offset + len - end * SECTOR_BYTES)?;
+        }
+        self.ensure_dirty()?;
+        let _gate = self.write_gate.read().unwrap_or_else(|e| e.into_inner());
+        self.check_alive()?;
+        self.bitmap_prepare_write(first, end - first);
+        let (lo, hi) = self.lock_span(first, end - first);
+        let _g = self.locks.lock(lo, hi);
+        let pieces = self.geometry.split(first, end - first).map_err(|e| EngineError::Invalid(e.to_string()))?;
+        let io = self.io_map();
+        for piece in pieces {
+            let targets: Vec<MemberSector> = match &piece.placement {
+                Placement::Single(ms) => vec![*ms],
+                Placement::Mirrored(c) => c.clone(),
+                Placement::Striped(_) => unreachable!("parity levels write zeros above"),
+            };
+            for ms in targets {
+                if let Some(rm) = io.write.get(ms.role).cloned().flatten() {
+                    if let Err(e) = rm.member.discard(rm.data_offset + ms.sector * SECTOR_BYTES, piece.sectors * SECTOR_BYTES) {
+                        self.fail_device(rm.device, &e.to_string());
+                    }
+                }
+            }
+        }
+        self.last_write_ms.store(self.started.elapsed().as_millis() as u64, Ordering::Release);
+        self.check_alive()
+    }
+
     /// Lock keys covering array sectors `first..first+sectors`.
     fn lock_span(&self, first: u64, sectors: u64) -> (u64, u64) {
         let unit = self.lock_unit_sectors();
