@@ -228,10 +228,10 @@ pub struct Results {
     pub timelines: Vec<Timeline>,
 }
 
-struct Io {
-    ops: u64,
-    bytes: u64,
-    secs: f64,
+pub(crate) struct Io {
+    pub(crate) ops: u64,
+    pub(crate) bytes: u64,
+    pub(crate) secs: f64,
     hist: LatHist,
 }
 
@@ -259,7 +259,7 @@ impl Rng {
 /// measured in milliseconds and be mostly noise. Writes end with a flush, inside the timing
 /// (the data is durable when the clock stops). `Io::bytes` counts every request; the span
 /// covered is `min(bytes, len)`.
-fn seq_pass(t: &dyn Target, start: u64, len: u64, block: u64, write: bool, cap: Duration) -> Result<Io, String> {
+pub(crate) fn seq_pass(t: &dyn Target, start: u64, len: u64, block: u64, write: bool, cap: Duration) -> Result<Io, String> {
     let mut buf = pattern(block as usize, 7);
     let mut hist = LatHist::new();
     let span = (len / block).max(1) * block;
@@ -282,17 +282,17 @@ fn seq_pass(t: &dyn Target, start: u64, len: u64, block: u64, write: bool, cap: 
     Ok(Io { ops, bytes: ops * block, secs: t0.elapsed().as_secs_f64(), hist })
 }
 
-struct RandSpec {
-    start: u64,
-    len: u64,
-    block: u64,
-    threads: usize,
-    write: bool,
-    seed: u64,
+pub(crate) struct RandSpec {
+    pub(crate) start: u64,
+    pub(crate) len: u64,
+    pub(crate) block: u64,
+    pub(crate) threads: usize,
+    pub(crate) write: bool,
+    pub(crate) seed: u64,
 }
 
-struct RandOut {
-    io: Io,
+pub(crate) struct RandOut {
+    pub(crate) io: Io,
     /// (seconds since start, latency ns) of every request, when asked for.
     samples: Vec<(f64, u64)>,
     per_thread_mb_s: Vec<f64>,
@@ -300,7 +300,7 @@ struct RandOut {
 
 /// `threads` threads, each with one request outstanding at a random block-aligned offset,
 /// until `stop()` says so.
-fn rand_run(t: &dyn Target, s: &RandSpec, stop: &(dyn Fn() -> bool + Sync), keep_samples: bool) -> Result<RandOut, String> {
+pub(crate) fn rand_run(t: &dyn Target, s: &RandSpec, stop: &(dyn Fn() -> bool + Sync), keep_samples: bool) -> Result<RandOut, String> {
     let slots = (s.len / s.block).max(1);
     let t0 = Instant::now();
     let results: Vec<Result<(Io, Vec<(f64, u64)>), String>> = std::thread::scope(|sc| {
@@ -349,7 +349,7 @@ fn rand_run(t: &dyn Target, s: &RandSpec, stop: &(dyn Fn() -> bool + Sync), keep
     Ok(RandOut { io, samples, per_thread_mb_s })
 }
 
-fn deadline(d: Duration) -> impl Fn() -> bool + Sync {
+pub(crate) fn deadline(d: Duration) -> impl Fn() -> bool + Sync {
     let end = Instant::now() + d;
     move || Instant::now() >= end
 }
@@ -523,7 +523,7 @@ impl Runner<'_> {
 
 /// Writes `region` bytes once in 1 MiB requests, so reads never land on holes (tmpfs holes
 /// read as the shared zero page and would flatter every read figure).
-fn prefill(t: &dyn Target, region: u64) -> Result<(), String> {
+pub(crate) fn prefill(t: &dyn Target, region: u64) -> Result<(), String> {
     let buf = pattern(1 << 20, 3);
     let mut at = 0;
     while at < region {

@@ -40,6 +40,33 @@ enum Workload {
     Array(ArrayArgs),
     /// Parity kernels per operation and stripe shape, warm and cold, against ISA-L and memcpy.
     Parity(ParityArgs),
+    /// The same fio jobs in-process, through NBD, through the FUSE file and on a plain file.
+    Exports(ExportsArgs),
+}
+
+#[derive(Args, Clone)]
+struct ExportsArgs {
+    /// Folder for the member files (default: /dev/shm if it is tmpfs, else the temp dir).
+    #[arg(long)]
+    dir: Option<std::path::PathBuf>,
+    /// RAID level.
+    #[arg(long, default_value = "5")]
+    level: String,
+    /// Members.
+    #[arg(long, default_value_t = 4)]
+    members: usize,
+    /// Chunk size.
+    #[arg(long, default_value = "64K")]
+    chunk: String,
+    /// Region the jobs run over.
+    #[arg(long, default_value = "256M")]
+    size: String,
+    /// Seconds per job.
+    #[arg(long, default_value_t = 3)]
+    seconds: u64,
+    /// Print one JSON array of records and nothing else on stdout.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Clone)]
@@ -188,6 +215,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
     match args.workload {
         Some(Workload::Parity(p)) => run_parity(p),
         Some(Workload::Array(a)) => run_array(a),
+        Some(Workload::Exports(a)) => run_exports(a),
         Some(Workload::Compare(c)) => run_compare(c),
         Some(Workload::All(s)) => run_suite(s, &W::ALL),
         Some(Workload::Seq(s)) => run_suite(s, &[W::Seq]),
@@ -309,6 +337,45 @@ fn run_compare(c: CompareArgs) -> Result<ExitCode> {
     };
     let (a, b) = (load(&c.a)?, load(&c.b)?);
     print!("{}", uraid_bench::report::compare(&a, &b).map_err(|e| anyhow::anyhow!(e))?);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_exports(a: ExportsArgs) -> Result<ExitCode> {
+    let base = match &a.dir {
+        Some(d) => d.clone(),
+        None if std::path::Path::new("/dev/shm").is_dir() => "/dev/shm".into(),
+        None => std::env::temp_dir(),
+    };
+    let tmp = tempfile::Builder::new().prefix("uraid-bench-exports").tempdir_in(&base)?;
+    let cfg = uraid_bench::exports::ExportsConfig {
+        dir: tmp.path().to_path_buf(),
+        level: crate::cmd::create::parse_level(&a.level)?,
+        members: a.members,
+        chunk_bytes: u32::try_from(crate::util::parse_size(&a.chunk)?)?,
+        region_bytes: crate::util::parse_size(&a.size)?,
+        time: Duration::from_secs(a.seconds),
+    };
+    uraid_parity::selection();
+    let quiet = a.json;
+    let tty = std::io::stderr().is_terminal();
+    let records = uraid_bench::exports::run(&cfg, &mut |line| {
+        if !quiet {
+            if tty {
+                eprint!("\r\x1b[Kbench exports {line}");
+            } else {
+                eprintln!("bench exports {line}");
+            }
+        }
+    })
+    .map_err(|e| anyhow::anyhow!(e))?;
+    if !quiet && tty {
+        eprintln!();
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&records)?);
+    } else {
+        print!("{}", uraid_bench::exports::render(&records, &uraid_bench::exports::describe(tmp.path())));
+    }
     Ok(ExitCode::SUCCESS)
 }
 
