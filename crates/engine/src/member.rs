@@ -32,15 +32,20 @@ pub trait Member: Send + Sync {
     /// Discards `len` bytes at `offset`: afterwards they read as zeros. The default writes
     /// zeros; backends that can free the space instead (files: punch a hole) override it.
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
-        let zeros = vec![0u8; len.min(1 << 20) as usize];
-        let mut done = 0;
-        while done < len {
-            let n = (len - done).min(zeros.len() as u64) as usize;
-            self.write_at(&zeros[..n], offset + done)?;
-            done += n as u64;
-        }
-        Ok(())
+        write_zeros(self, offset, len)
     }
+}
+
+/// Writes `len` zero bytes at `offset`, 1 MiB at a time.
+pub fn write_zeros(m: &(impl Member + ?Sized), offset: u64, len: u64) -> io::Result<()> {
+    let zeros = vec![0u8; len.min(1 << 20) as usize];
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(zeros.len() as u64) as usize;
+        m.write_at(&zeros[..n], offset + done)?;
+        done += n as u64;
+    }
+    Ok(())
 }
 
 /// A regular file or block device, opened read-only unless writes were asked for, so a
@@ -135,14 +140,7 @@ impl Member for FileMember {
         }
         // Block devices (a discard there need not read back as zeros) and filesystems
         // without hole punching: write zeros.
-        let zeros = vec![0u8; len.min(1 << 20) as usize];
-        let mut done = 0;
-        while done < len {
-            let n = (len - done).min(zeros.len() as u64) as usize;
-            self.write_at(&zeros[..n], offset + done)?;
-            done += n as u64;
-        }
-        Ok(())
+        write_zeros(self, offset, len)
     }
     fn flush(&self) -> io::Result<()> {
         if self.writable {

@@ -340,13 +340,34 @@ fn run_compare(c: CompareArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Progress of a long bench on stderr: one line rewritten in place on a terminal, plain
+/// lines otherwise, nothing in --json mode.
+struct StatusLine {
+    what: &'static str,
+    quiet: bool,
+    tty: bool,
+}
+
+impl StatusLine {
+    fn new(what: &'static str, quiet: bool) -> StatusLine {
+        StatusLine { what, quiet, tty: std::io::stderr().is_terminal() }
+    }
+    fn show(&self, line: &str) {
+        match (self.quiet, self.tty) {
+            (true, _) => {}
+            (false, true) => eprint!("\r\x1b[K{} {line}", self.what),
+            (false, false) => eprintln!("{} {line}", self.what),
+        }
+    }
+    fn done(&self) {
+        if !self.quiet && self.tty {
+            eprintln!();
+        }
+    }
+}
+
 fn run_exports(a: ExportsArgs) -> Result<ExitCode> {
-    let base = match &a.dir {
-        Some(d) => d.clone(),
-        None if std::path::Path::new("/dev/shm").is_dir() => "/dev/shm".into(),
-        None => std::env::temp_dir(),
-    };
-    let tmp = tempfile::Builder::new().prefix("uraid-bench-exports").tempdir_in(&base)?;
+    let tmp = bench_dir(&a.dir)?;
     let cfg = uraid_bench::exports::ExportsConfig {
         dir: tmp.path().to_path_buf(),
         level: crate::cmd::create::parse_level(&a.level)?,
@@ -356,21 +377,9 @@ fn run_exports(a: ExportsArgs) -> Result<ExitCode> {
         time: Duration::from_secs(a.seconds),
     };
     uraid_parity::selection();
-    let quiet = a.json;
-    let tty = std::io::stderr().is_terminal();
-    let records = uraid_bench::exports::run(&cfg, &mut |line| {
-        if !quiet {
-            if tty {
-                eprint!("\r\x1b[Kbench exports {line}");
-            } else {
-                eprintln!("bench exports {line}");
-            }
-        }
-    })
-    .map_err(|e| anyhow::anyhow!(e))?;
-    if !quiet && tty {
-        eprintln!();
-    }
+    let status = StatusLine::new("bench exports", a.json);
+    let records = uraid_bench::exports::run(&cfg, &mut |line| status.show(line)).map_err(|e| anyhow::anyhow!(e))?;
+    status.done();
     if a.json {
         println!("{}", serde_json::to_string_pretty(&records)?);
     } else {
@@ -393,23 +402,11 @@ fn run_array(a: ArrayArgs) -> Result<ExitCode> {
         data_bytes: size,
         workloads: a.workloads.clone(),
     };
-    let quiet = a.json;
-    let tty = std::io::stderr().is_terminal();
     // Choose parity kernels now, so the start-up measurement is not timed as array I/O.
     uraid_parity::selection();
-    let records = uraid_bench::array::run(&cfg, &mut |line| {
-        if !quiet {
-            if tty {
-                eprint!("\r\x1b[Kbench array {line}");
-            } else {
-                eprintln!("bench array {line}");
-            }
-        }
-    })
-    .map_err(|e| anyhow::anyhow!(e))?;
-    if !quiet && tty {
-        eprintln!();
-    }
+    let status = StatusLine::new("bench array", a.json);
+    let records = uraid_bench::array::run(&cfg, &mut |line| status.show(line)).map_err(|e| anyhow::anyhow!(e))?;
+    status.done();
     if a.json {
         println!("{}", serde_json::to_string_pretty(&records)?);
     } else {
@@ -448,7 +445,6 @@ fn run_parity(a: ParityArgs) -> Result<ExitCode> {
         ops,
     };
     let quiet = a.json;
-    let tty = std::io::stderr().is_terminal();
     if !quiet {
         for line in uraid_parity::selection().log_lines() {
             eprintln!("{line}");
@@ -458,18 +454,9 @@ fn run_parity(a: ParityArgs) -> Result<ExitCode> {
             Err(why) => eprintln!("peer: {why}"),
         }
     }
-    let records = parity::run(&cfg, &mut |line| {
-        if !quiet {
-            if tty {
-                eprint!("\r\x1b[Kbench parity {line}");
-            } else {
-                eprintln!("bench parity {line}");
-            }
-        }
-    });
-    if !quiet && tty {
-        eprintln!();
-    }
+    let status = StatusLine::new("bench parity", quiet);
+    let records = parity::run(&cfg, &mut |line| status.show(line));
+    status.done();
     if a.json {
         println!("{}", serde_json::to_string_pretty(&records)?);
     } else {
