@@ -36,7 +36,8 @@ enum Workload {
     Rebuild(SuiteArgs),
     /// Ratios of the matching measurements of two JSON reports (B over A).
     Compare(CompareArgs),
-    /// The older single-table bench: seq write/read, degraded read, recovery, one size.
+    /// Per level: stripe-aligned ~1 MiB seq write/read, degraded read, recovery onto a spare,
+    /// each against a plain file (the engine targets in README).
     Array(ArrayArgs),
     /// Parity kernels per operation and stripe shape, warm and cold, against ISA-L and memcpy.
     Parity(ParityArgs),
