@@ -17,6 +17,16 @@ pub trait Member: Send + Sync {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     /// Writes all of `buf` at `offset`.
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Fills `bufs` one after another from `offset` (one request where the backend has
+    /// vectored I/O).
+    fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> io::Result<()> {
+        let mut at = offset;
+        for b in bufs.iter_mut() {
+            self.read_at(b, at)?;
+            at += b.len() as u64;
+        }
+        Ok(())
+    }
     /// Writes `bufs` one after another starting at `offset` (one request where the backend
     /// has vectored I/O).
     fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
@@ -102,6 +112,25 @@ impl Member for FileMember {
         }
         check_range(self, offset, buf.len())?;
         self.file.write_all_at(buf, offset)
+    }
+    fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> io::Result<()> {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        check_range(self, offset, total)?;
+        const IOV_MAX: usize = 1024;
+        let mut at = offset;
+        for group in bufs.chunks_mut(IOV_MAX) {
+            let mut slices: Vec<std::io::IoSliceMut> = group.iter_mut().map(|b| std::io::IoSliceMut::new(b)).collect();
+            let mut rest: &mut [std::io::IoSliceMut] = &mut slices;
+            while !rest.is_empty() {
+                let n = rustix::io::preadv(&self.file, rest, at)?;
+                if n == 0 {
+                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("{}: short read", self.label)));
+                }
+                at += n as u64;
+                std::io::IoSliceMut::advance_slices(&mut rest, n);
+            }
+        }
+        Ok(())
     }
     fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
         if !self.writable {

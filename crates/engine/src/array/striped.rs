@@ -178,45 +178,6 @@ fn push_stripe<'a>(outs: &mut Outs<'a>, roles: &StripeRoles, lo: u64, writes: &[
 }
 
 impl Array {
-    /// Reads one data run of a parity array; a missing or failing member's data is
-    /// reconstructed from the rest of its stripe.
-    pub(super) fn read_striped(&self, loc: &Location, out: &mut [u8], locks_held: bool) -> Result<(), EngineError> {
-        let io = self.io_map();
-        let direct = MemberSector { role: loc.role, sector: loc.member_sector };
-        let first_error = match self.read_member(&io, direct, out) {
-            Ok(()) => return Ok(()),
-            Err(e) => e,
-        };
-        let _guard = (!locks_held).then(|| self.locks.lock(loc.stripe, loc.stripe));
-        // Each failed read fails a member; retry until the stripe is read or unrecoverable.
-        for _ in 0..=self.geometry.raid_disks() {
-            let io = self.io_map();
-            if let Some(rm) = io.read.get(loc.role).and_then(|r| r.as_ref()) {
-                // The member came back under us (not possible today) or a retry raced.
-                if rm.member.read_at(out, rm.data_offset + loc.member_sector * SECTOR_BYTES).is_ok() {
-                    return Ok(());
-                }
-            }
-            let sectors = out.len() as u64 / SECTOR_BYTES;
-            match self.read_stripe_buffers(&io, loc.stripe, loc.member_sector, loc.member_sector + sectors) {
-                Ok((mut bufs, missing, p_missing, q_missing)) => {
-                    let roles = self.parity().stripe_roles(loc.stripe);
-                    if !rebuild(&roles, &mut bufs, &missing, p_missing, q_missing) {
-                        return Err(EngineError::Unreadable {
-                            offset: 0,
-                            detail: format!("{first_error}; stripe {} has too many blocks missing", loc.stripe),
-                        });
-                    }
-                    out.copy_from_slice(&bufs.data[loc.data_index]);
-                    return Ok(());
-                }
-                Err(SegmentError::Retry) => continue,
-                Err(SegmentError::Fatal(e)) => return Err(e),
-            }
-        }
-        Err(EngineError::Unreadable { offset: 0, detail: first_error })
-    }
-
     /// Reads member sectors `lo..hi` of every present role, one request per member, in
     /// parallel. A failed read fails the member and asks for a retry.
     pub(super) fn read_window(&self, io: &IoMap, lo: u64, hi: u64) -> Result<Window, SegmentError> {
@@ -294,14 +255,11 @@ impl Array {
         let io = self.io_map();
         let degraded = io.read.iter().any(|r| r.is_none());
         if !degraded {
-            let mut at = 0usize;
-            for piece in pieces {
-                let len = (piece.sectors * SECTOR_BYTES) as usize;
-                let Placement::Striped(loc) = &piece.placement else { unreachable!("parity geometry") };
-                self.read_striped(loc, &mut out[at..at + len], locks_held)?;
-                at += len;
+            if self.read_healthy_batched(&io, pieces, out) {
+                return Ok(());
             }
-            return Ok(());
+            // A member failed: the array is degraded now; read through reconstruction.
+            return self.read_striped_pieces(pieces, out, locks_held);
         }
         let locs: Vec<(Location, u64)> = pieces
             .iter()
@@ -343,6 +301,57 @@ impl Array {
             return Ok(());
         }
         Err(EngineError::Failed("members kept failing during a degraded read".into()))
+    }
+
+    /// Reads the pieces of a healthy parity array with one vectored request per member and
+    /// contiguous run, members in parallel. False (after failing the member) if a read
+    /// failed; the caller retries through the degraded path.
+    fn read_healthy_batched(&self, io: &IoMap, pieces: &[Piece], out: &mut [u8]) -> bool {
+        // Carve `out` into one slice per piece, grouped by the role holding it.
+        let mut per_role: Vec<Vec<(u64, &mut [u8])>> = (0..io.read.len()).map(|_| Vec::new()).collect();
+        let mut rest = out;
+        for piece in pieces {
+            let Placement::Striped(loc) = &piece.placement else { unreachable!("parity geometry") };
+            let (part, tail) = rest.split_at_mut((piece.sectors * SECTOR_BYTES) as usize);
+            per_role[loc.role].push((loc.member_sector, part));
+            rest = tail;
+        }
+        let ops: Vec<(usize, Box<dyn FnOnce() -> Option<usize> + Send + '_>)> = per_role
+            .into_iter()
+            .enumerate()
+            .filter(|(_, parts)| !parts.is_empty())
+            .map(|(role, mut parts)| {
+                parts.sort_by_key(|(sector, _)| *sector);
+                let bytes: usize = parts.iter().map(|(_, b)| b.len()).sum();
+                let rm = io.read[role].clone();
+                let f: Box<dyn FnOnce() -> Option<usize> + Send> = Box::new(move || {
+                    let rm = rm?;
+                    // Runs of member-contiguous pieces become one request each.
+                    let mut i = 0;
+                    while i < parts.len() {
+                        let start = parts[i].0;
+                        let mut end = start;
+                        let mut j = i;
+                        while j < parts.len() && parts[j].0 == end {
+                            end += parts[j].1.len() as u64 / SECTOR_BYTES;
+                            j += 1;
+                        }
+                        let mut bufs: Vec<&mut [u8]> = parts[i..j].iter_mut().map(|(_, b)| &mut **b).collect();
+                        if rm.member.read_vectored_at(&mut bufs, rm.data_offset + start * SECTOR_BYTES).is_err() {
+                            return Some(rm.device);
+                        }
+                        i = j;
+                    }
+                    None
+                });
+                (bytes, f)
+            })
+            .collect();
+        let failed: Vec<usize> = crate::parallel::run_all(ops).into_iter().flatten().collect();
+        for device in &failed {
+            self.fail_device(*device, "read failed");
+        }
+        failed.is_empty()
     }
 
     pub(super) fn recycle_window(&self, win: Window) {
