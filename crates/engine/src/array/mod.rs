@@ -603,6 +603,26 @@ impl Array {
         if self.geometry.as_parity().is_some() {
             return self.read_striped_pieces(&pieces, out, locks_held);
         }
+        // Fast path: every piece from its single member or first present copy, batched per
+        // member; any failure (a member fails, or a piece has no present copy) falls back to
+        // piece by piece, which tries the other copies.
+        let io = self.io_map();
+        let targets: Option<Vec<(usize, u64, u64)>> = pieces
+            .iter()
+            .map(|p| match &p.placement {
+                Placement::Single(ms) => io.read.get(ms.role)?.as_ref().map(|_| (ms.role, ms.sector, p.sectors)),
+                Placement::Mirrored(copies) => copies
+                    .iter()
+                    .find(|ms| io.read.get(ms.role).is_some_and(|r| r.is_some()))
+                    .map(|ms| (ms.role, ms.sector, p.sectors)),
+                Placement::Striped(_) => None,
+            })
+            .collect();
+        if let Some(targets) = targets {
+            if self.read_batched(&io, &targets, out) {
+                return Ok(());
+            }
+        }
         let mut at = 0usize;
         for piece in pieces {
             let len = (piece.sectors * SECTOR_BYTES) as usize;
@@ -619,10 +639,10 @@ impl Array {
             Some(r) => match r.member.read_at(out, r.data_offset + ms.sector * SECTOR_BYTES) {
                 Ok(()) => Ok(()),
                 Err(e) => {
+                    // Failed in memory either way (so reads reconstruct around it); only a
+                    // writable array records it in the superblocks.
                     let msg = format!("{}: {e}", r.member.label());
-                    if self.writable {
-                        self.fail_device(r.device, &msg);
-                    }
+                    self.fail_device(r.device, &msg);
                     Err(msg)
                 }
             },

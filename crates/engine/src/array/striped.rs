@@ -255,7 +255,14 @@ impl Array {
         let io = self.io_map();
         let degraded = io.read.iter().any(|r| r.is_none());
         if !degraded {
-            if self.read_healthy_batched(&io, pieces, out) {
+            let targets: Vec<(usize, u64, u64)> = pieces
+                .iter()
+                .map(|p| match &p.placement {
+                    Placement::Striped(loc) => (loc.role, loc.member_sector, p.sectors),
+                    _ => unreachable!("parity geometry"),
+                })
+                .collect();
+            if self.read_batched(&io, &targets, out) {
                 return Ok(());
             }
             // A member failed: the array is degraded now; read through reconstruction.
@@ -303,17 +310,17 @@ impl Array {
         Err(EngineError::Failed("members kept failing during a degraded read".into()))
     }
 
-    /// Reads the pieces of a healthy parity array with one vectored request per member and
-    /// contiguous run, members in parallel. False (after failing the member) if a read
-    /// failed; the caller retries through the degraded path.
-    fn read_healthy_batched(&self, io: &IoMap, pieces: &[Piece], out: &mut [u8]) -> bool {
+    /// Reads consecutive pieces of `out` — `targets[i]` = (role, member sector, sectors) of
+    /// piece i — with one vectored request per member and contiguous run, members in
+    /// parallel. False (after failing the member) if a read failed; the caller then retries
+    /// on a path that reconstructs or tries another copy.
+    pub(super) fn read_batched(&self, io: &IoMap, targets: &[(usize, u64, u64)], out: &mut [u8]) -> bool {
         // Carve `out` into one slice per piece, grouped by the role holding it.
         let mut per_role: Vec<Vec<(u64, &mut [u8])>> = (0..io.read.len()).map(|_| Vec::new()).collect();
         let mut rest = out;
-        for piece in pieces {
-            let Placement::Striped(loc) = &piece.placement else { unreachable!("parity geometry") };
-            let (part, tail) = rest.split_at_mut((piece.sectors * SECTOR_BYTES) as usize);
-            per_role[loc.role].push((loc.member_sector, part));
+        for &(role, sector, sectors) in targets {
+            let (part, tail) = rest.split_at_mut((sectors * SECTOR_BYTES) as usize);
+            per_role[role].push((sector, part));
             rest = tail;
         }
         let ops: Vec<(usize, Box<dyn FnOnce() -> Option<usize> + Send + '_>)> = per_role
