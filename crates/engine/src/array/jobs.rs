@@ -146,7 +146,7 @@ impl Array {
         if !self.writable {
             return Err(EngineError::ReadOnly);
         }
-        if pos < total && self.dirty_needed_for_sync() {
+        if pos < total {
             self.ensure_dirty()?;
         }
         let end = pos.saturating_add(max_sectors.max(unit)).min(total);
@@ -160,10 +160,6 @@ impl Array {
             self.resync_pos.store(if pos >= total { MAX_SECTOR } else { pos }, Ordering::Release);
         }
         Ok(JobProgress { kind: JobKind::Resync, done_sectors: pos.min(total), total_sectors: total })
-    }
-
-    fn dirty_needed_for_sync(&self) -> bool {
-        true
     }
 
     /// Whether a resync can still compare anything.
@@ -309,7 +305,7 @@ impl Array {
                 let _g = self.locks.lock(stripe, stripe);
                 let io = self.io_map();
                 let roles = p.stripe_roles(stripe);
-                let Some((bufs, missing, p_missing, q_missing)) = self.read_stripe_buffers_pub(&io, stripe, pos, pos + n) else {
+                let Some((bufs, missing, p_missing, q_missing)) = self.read_stripe_buffers(&io, stripe, pos, pos + n).ok() else {
                     return Err(EngineError::Failed(format!("stripe {stripe}: read failed")));
                 };
                 let lost = missing.len() + p_missing as usize + q_missing as usize;

@@ -813,7 +813,7 @@ impl Array {
         let sectors = data.len() as u64 / SECTOR_BYTES;
         let pieces = self.geometry.split(first_sector, sectors).map_err(|e| EngineError::Invalid(e.to_string()))?;
         if self.geometry.as_parity().is_some() {
-            return self.write_striped(first_sector, &pieces, data);
+            return self.write_striped(&pieces, data);
         }
         let mut at = 0usize;
         for piece in pieces {

@@ -371,22 +371,10 @@ impl Array {
         self.geometry.as_parity().expect("striped paths run on parity geometries only")
     }
 
-    /// [`Self::read_stripe_buffers`] for the jobs: `None` when a member failed mid-read.
-    #[allow(clippy::type_complexity)]
-    pub(super) fn read_stripe_buffers_pub(
-        &self,
-        io: &IoMap,
-        stripe: u64,
-        lo: u64,
-        hi: u64,
-    ) -> Option<(StripeBuffers, Vec<usize>, bool, bool)> {
-        self.read_stripe_buffers(io, stripe, lo, hi).ok()
-    }
-
     /// Reads every present block of `stripe` over member sectors `lo..hi`. Returns the
     /// buffers (missing ones zeroed) and what is missing.
     #[allow(clippy::type_complexity)]
-    fn read_stripe_buffers(
+    pub(super) fn read_stripe_buffers(
         &self,
         io: &IoMap,
         stripe: u64,
@@ -431,10 +419,9 @@ impl Array {
         Ok((StripeBuffers { data: blocks, p, q }, missing, p_missing, q_missing))
     }
 
-    /// Writes `data` (whole sectors starting at array sector `first`, already split into
-    /// `pieces`); the caller holds the stripe locks.
-    pub(super) fn write_striped(&self, first: u64, pieces: &[Piece], data: &[u8]) -> Result<(), EngineError> {
-        let _ = first;
+    /// Writes `data` (whole sectors, already split into `pieces`); the caller holds the
+    /// stripe locks.
+    pub(super) fn write_striped(&self, pieces: &[Piece], data: &[u8]) -> Result<(), EngineError> {
         let mut at = 0usize;
         let mut i = 0;
         let mut outs: Outs = Vec::new();
@@ -620,7 +607,6 @@ impl Array {
         for (role, sector, bytes) in &outs {
             let Some(rm) = io.write.get(*role).cloned().flatten() else { continue };
             let slice = bytes.as_slice();
-            let sectors = slice.len() as u64 / SECTOR_BYTES;
             match per_role.last_mut() {
                 Some((last, runs)) if last.device == rm.device => match runs.last_mut() {
                     Some((start, parts)) if *start + parts.iter().map(|p| p.len() as u64 / SECTOR_BYTES).sum::<u64>() == *sector => {
@@ -630,7 +616,6 @@ impl Array {
                 },
                 _ => per_role.push((rm, vec![(*sector, vec![slice])])),
             }
-            let _ = sectors;
         }
         let ops: Vec<(usize, Box<dyn FnOnce() -> (usize, std::io::Result<()>) + Send + '_>)> = per_role
             .into_iter()
