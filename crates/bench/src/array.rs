@@ -3,8 +3,10 @@
 //! - `seq-write` / `seq-read`: sequential requests of ~1 MiB (rounded to whole stripes, so
 //!   RAID4/5/6 writes are full-stripe writes), data bytes per second;
 //! - `degraded-read`: the same read with one member failed (RAID6: two);
-//! - `recovery`: rebuilding a fresh spare, against reading the surviving members' data
-//!   areas alone (the floor any rebuild has to pay).
+//! - `recovery`: rebuilding a fresh spare with one member missing, against reading the
+//!   surviving members' data areas alone with one thread (what `dd` of each survivor costs);
+//!   RAID6 also `recovery-2lost`: the first of two lost members rebuilt while the other is
+//!   still missing (every survivor needed, and the write is half of what is read).
 //! Arrays are created `--assume-clean` on zeroed sparse files, so no initial sync runs.
 
 use serde::Serialize;
@@ -195,6 +197,7 @@ pub fn run(cfg: &ArrayBenchConfig, progress: &mut dyn FnMut(&str)) -> Result<Vec
             record("seq-read", r, peer_r);
         }
         let redundant = !matches!(level, Level::Linear | Level::Raid0);
+        let mut spares = Vec::new();
         if redundant && (want("degraded-read") || want("recovery")) {
             let lose: Vec<usize> = if level == Level::Raid6 { vec![0, 1] } else { vec![0] };
             for &r in &lose {
@@ -206,47 +209,61 @@ pub fn run(cfg: &ArrayBenchConfig, progress: &mut dyn FnMut(&str)) -> Result<Vec
                 record(&format!("degraded-read-{}", lose.len()), r, peer_r);
             }
             if want("recovery") {
-                // Peer: read every surviving member's data area once, as a rebuild must.
-                let survivors: Vec<&PathBuf> = built.paths.iter().enumerate().filter(|(i, _)| !lose.contains(i)).map(|(_, p)| p).collect();
-                let sync_bytes = a.sync_sectors() * 512;
-                let t = Instant::now();
-                let mut big = vec![0u8; 1 << 20];
-                for p in &survivors {
-                    let f = std::fs::File::open(p).map_err(|e| e.to_string())?;
-                    let mut at = 0u64;
-                    while at < sync_bytes {
-                        let n = (1u64 << 20).min(sync_bytes - at) as usize;
-                        f.read_exact_at(&mut big[..n], (1 << 20) + at).map_err(|e| e.to_string())?;
-                        at += n as u64;
-                    }
+                // RAID6 first rebuilds one member while the other is still missing (every
+                // survivor needed), then the second with only it missing (the usual case).
+                let mut files = built.paths.clone();
+                for (k, &r) in lose.iter().enumerate() {
+                    let still_lost = &lose[k..];
+                    let survivors: Vec<&PathBuf> = files.iter().enumerate().filter(|(i, _)| !still_lost.contains(i)).map(|(_, p)| p).collect();
+                    progress(&format!("{level}: recovery onto a spare ({} lost)", still_lost.len()));
+                    let spare = cfg.dir.join(format!("{level}-spare{r}.img"));
+                    let (ours, peer) = time_recovery(a, &survivors, &spare, built.member_bytes)?;
+                    let name = if still_lost.len() == 1 { "recovery".to_string() } else { format!("recovery-{}lost", still_lost.len()) };
+                    record(&name, ours, peer);
+                    spares.push(spare.clone());
+                    files[r] = spare;
                 }
-                let peer_secs = t.elapsed().as_secs_f64();
-                // Rebuild one lost member onto a fresh spare.
-                let sp = cfg.dir.join(format!("{level}-spare.img"));
-                let f = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&sp).map_err(|e| e.to_string())?;
-                f.set_len(built.member_bytes).map_err(|e| e.to_string())?;
-                drop(f);
-                let spare: Arc<dyn Member> = Arc::new(FileMember::open(&sp, true).map_err(|e| e.to_string())?);
-                a.add_device(spare, [0x55; 16]).map_err(|e| e.to_string())?;
-                progress(&format!("{level}: recovery onto a spare"));
-                let t = Instant::now();
-                while a.pending_job() == Some(JobKind::Recovery) {
-                    a.recovery_step(8 << 11).map_err(|e| e.to_string())?;
-                }
-                let secs = t.elapsed().as_secs_f64();
-                let survivor_bytes = sync_bytes * survivors.len() as u64;
-                // Both as MB/s of surviving data read: ratio = peer time / our time.
-                record("recovery", mbs(survivor_bytes, secs), mbs(survivor_bytes, peer_secs));
-                let _ = std::fs::remove_file(&sp);
             }
         }
         built.array.close().map_err(|e| e.to_string())?;
         drop(built.array);
-        for p in &built.paths {
+        for p in built.paths.iter().chain(&spares) {
             let _ = std::fs::remove_file(p);
         }
     }
     Ok(out)
+}
+
+/// Rebuilds the array's first missing role onto a fresh spare at `spare`; returns MB/s of
+/// surviving data for the rebuild and for its peer: reading every survivor's data area once
+/// with one thread, 1 MiB at a time, as `dd` of each member would.
+fn time_recovery(a: &Array, survivors: &[&PathBuf], spare: &Path, member_bytes: u64) -> Result<(f64, f64), String> {
+    let sync_bytes = a.sync_sectors() * 512;
+    let t = Instant::now();
+    let mut big = vec![0u8; 1 << 20];
+    for p in survivors {
+        let f = std::fs::File::open(p).map_err(|e| e.to_string())?;
+        let mut at = 0u64;
+        while at < sync_bytes {
+            let n = (1u64 << 20).min(sync_bytes - at) as usize;
+            f.read_exact_at(&mut big[..n], (1 << 20) + at).map_err(|e| e.to_string())?;
+            at += n as u64;
+        }
+    }
+    let peer_secs = t.elapsed().as_secs_f64();
+    let f = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(spare).map_err(|e| e.to_string())?;
+    f.set_len(member_bytes).map_err(|e| e.to_string())?;
+    drop(f);
+    let member: Arc<dyn Member> = Arc::new(FileMember::open(spare, true).map_err(|e| e.to_string())?);
+    a.add_device(member, [0x55; 16]).map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    while a.pending_job() == Some(JobKind::Recovery) {
+        a.recovery_step(8 << 11).map_err(|e| e.to_string())?;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let survivor_bytes = sync_bytes * survivors.len() as u64;
+    // Both as MB/s of surviving data read: ratio = peer time / our time.
+    Ok((mbs(survivor_bytes, secs), mbs(survivor_bytes, peer_secs)))
 }
 
 /// Human table.

@@ -20,7 +20,7 @@ fn pool() -> Option<&'static rayon::ThreadPool> {
 pub fn run_all<T: Send>(ops: Vec<(usize, Box<dyn FnOnce() -> T + Send + '_>)>) -> Vec<T> {
     let total: usize = ops.iter().map(|(bytes, _)| *bytes).sum();
     let Some(pool) = pool().filter(|_| ops.len() >= 2 && total >= PARALLEL_MIN_BYTES) else {
-        return ops.into_iter().map(|(_, op)| op()).collect();
+        return run_in_line(ops);
     };
     let mut results: Vec<Option<T>> = (0..ops.len()).map(|_| None).collect();
     pool.scope(|s| {
@@ -30,4 +30,9 @@ pub fn run_all<T: Send>(ops: Vec<(usize, Box<dyn FnOnce() -> T + Send + '_>)>) -
     });
     // Every task ran to completion inside the scope (a panic would have propagated).
     results.into_iter().map(|r| r.expect("scope ran every task")).collect()
+}
+
+/// Runs every operation on the calling thread, in order (the same shape as [`run_all`]).
+pub fn run_in_line<T: Send>(ops: Vec<(usize, Box<dyn FnOnce() -> T + Send + '_>)>) -> Vec<T> {
+    ops.into_iter().map(|(_, op)| op()).collect()
 }

@@ -67,7 +67,7 @@ pub fn create(spec: &Spec) -> Result<Vec<Arc<SimDisk>>, String> {
 /// Assembles writable from `disks` (`--run`, optionally `--force`).
 pub fn assemble(disks: &[Arc<SimDisk>], force: bool) -> Result<(Array, AssemblyReport), EngineError> {
     let devices: Vec<Arc<dyn Member>> = disks.iter().map(|d| d.clone() as Arc<dyn Member>).collect();
-    let mut opts = ArrayOptions { writable: true, ..Default::default() };
+    let mut opts = ArrayOptions { writable: true, recovery_lanes: 1, ..Default::default() };
     opts.assemble.run = true;
     opts.assemble.force = force;
     Array::assemble(devices, &opts)

@@ -376,7 +376,7 @@ impl Sim {
 
     fn try_assemble(&self, given: &[usize], force: bool) -> Result<(Array, AssemblyReport), EngineError> {
         let devices: Vec<Arc<dyn Member>> = given.iter().map(|&i| self.disks[i].clone() as Arc<dyn Member>).collect();
-        let mut opts = ArrayOptions { writable: true, stripe_cache_pages: self.cfg.stripe_cache_pages, ..Default::default() };
+        let mut opts = ArrayOptions { writable: true, stripe_cache_pages: self.cfg.stripe_cache_pages, recovery_lanes: 1, ..Default::default() };
         opts.assemble.force = force;
         // A member may be dead and left out: start degraded as `mdadm --run` would.
         opts.assemble.run = true;

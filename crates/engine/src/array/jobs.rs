@@ -70,22 +70,11 @@ impl Array {
     }
 
     /// Granularity of resync/check steps: one stripe (chunk) for striped levels, 128 sectors else.
-    fn step_unit(&self) -> u64 {
+    pub(super) fn step_unit(&self) -> u64 {
         match &self.geometry {
             Geometry::Parity(p) => p.chunk_sectors(),
             Geometry::Raid10(g) => g.chunk_sectors(),
             _ => 128,
-        }
-    }
-
-    /// Granularity of recovery steps: whole stripes, about 1 MiB per member, so each survivor
-    /// is read in large requests (consecutive stripes are contiguous on every member).
-    fn recovery_unit(&self) -> u64 {
-        let unit = self.step_unit();
-        match &self.geometry {
-            Geometry::Parity(_) => unit * (2048 / unit).max(1),
-            Geometry::Raid1 { .. } => 2048,
-            _ => unit,
         }
     }
 
@@ -210,15 +199,21 @@ impl Array {
         };
         let _gate = self.write_gate.read().unwrap_or_else(|e| e.into_inner());
         let end = done.saturating_add(max_sectors.max(unit)).min(total);
-        while done < end {
-            let n = (unit - done % unit).min(end - done);
-            self.recover_region(role, device, done, n)?;
-            done += n;
+        let mut regions = Vec::new();
+        let mut at = done;
+        while at < end {
+            let n = (unit - at % unit).min(end - at);
+            regions.push((at, n));
+            at += n;
+        }
+        self.recover_regions(role, device, &regions)?;
+        {
             let mut meta = self.lock_meta();
-            if meta.devices[device].state != (DeviceState::Recovering { role, done: done - n }) {
+            if meta.devices[device].state != (DeviceState::Recovering { role, done }) {
                 // The member failed under us.
                 return Err(EngineError::Failed(format!("recovery target for role {role} failed")));
             }
+            done = end;
             meta.devices[device].state = DeviceState::Recovering { role, done };
         }
         // Checkpoint (md writes recovery_offset periodically; we do it every step).
@@ -238,63 +233,6 @@ impl Array {
             self.start_recovery_if_possible();
         }
         Ok(JobProgress { kind: JobKind::Recovery, done_sectors: done.min(total), total_sectors: total })
-    }
-
-    /// Writes role `role`'s content for member sectors `pos..pos+n` onto `device`.
-    fn recover_region(&self, role: usize, device: usize, pos: u64, n: u64) -> Result<(), EngineError> {
-        let len = (n * SECTOR_BYTES) as usize;
-        let target = {
-            let meta = self.lock_meta();
-            let d = &meta.devices[device];
-            (d.member.clone(), d.data_offset)
-        };
-        let content = match &self.geometry {
-            Geometry::Parity(p) => {
-                let (first, last) = (pos / p.chunk_sectors(), (pos + n - 1) / p.chunk_sectors());
-                let _g = self.locks.lock(first, last);
-                let _room = self.cache.reserve(p.raid_disks() as u64 * n * SECTOR_BYTES);
-                let io = self.io_map();
-                let Ok(mut win) = self.read_window(&io, pos, pos + n) else {
-                    return Err(EngineError::Failed(format!("stripes {first}..={last}: read failed during recovery")));
-                };
-                if !self.rebuild_window(&mut win, pos, pos + n) {
-                    return Err(EngineError::Failed(format!("stripes {first}..={last}: too many members missing to recover")));
-                }
-                let content = win[role].take().unwrap_or_default();
-                self.recycle_window(win);
-                content
-            }
-            Geometry::Raid1 { .. } | Geometry::Raid10(_) => self.mirror_content(role, pos, n)?,
-            _ => return Err(EngineError::Invalid("no redundancy to recover from".into())),
-        };
-        debug_assert_eq!(content.len(), len);
-        let written = target.0.write_at(&content, target.1 + pos * SECTOR_BYTES);
-        self.cache.recycle(content);
-        written.map_err(|e| {
-            self.fail_device(device, &e.to_string());
-            EngineError::Failed(format!("recovery target: {e}"))
-        })
-    }
-
-    /// What role `role` holds at member sectors `pos..pos+n` of a mirrored level, read from
-    /// the other copies (under the array-range locks of that data).
-    fn mirror_content(&self, role: usize, pos: u64, n: u64) -> Result<Vec<u8>, EngineError> {
-        let mut out = vec![0u8; (n * SECTOR_BYTES) as usize];
-        let mut s = 0;
-        while s < n {
-            // unmap gives the array sector of one member sector; copies are contiguous
-            // within a chunk, so walk chunk by chunk.
-            let unit = self.step_unit().min(n - s);
-            let array_sector = self.geometry.unmap(role, pos + s).map_err(|e| EngineError::Invalid(e.to_string()))?;
-            let part = &mut out[(s * SECTOR_BYTES) as usize..((s + unit) * SECTOR_BYTES) as usize];
-            if let Some(a) = array_sector {
-                let (lo, hi) = self.lock_span(a, unit);
-                let _g = self.locks.lock(lo, hi);
-                self.read_sectors(a, part, true)?;
-            }
-            s += unit;
-        }
-        Ok(out)
     }
 
     /// One region of a resync, check or repair.

@@ -166,6 +166,9 @@ pub(super) fn rebuild_slices(
 /// covers a whole window.
 pub(super) type Window = Vec<Option<Vec<u8>>>;
 
+/// How a batch of member operations runs: [`crate::parallel::run_all`] or [`crate::parallel::run_in_line`].
+pub(super) type RunAll<T> = for<'a> fn(Vec<(usize, Box<dyn FnOnce() -> T + Send + 'a>)>) -> Vec<T>;
+
 /// Queues a stripe's new data blocks and parity.
 fn push_stripe<'a>(outs: &mut Outs<'a>, roles: &StripeRoles, lo: u64, writes: &[BlockWrite<'a>], p: Vec<u8>, q: Option<Vec<u8>>) {
     for w in writes {
@@ -181,8 +184,14 @@ impl Array {
     /// Reads member sectors `lo..hi` of every present role, one request per member, in
     /// parallel. A failed read fails the member and asks for a retry.
     pub(super) fn read_window(&self, io: &IoMap, lo: u64, hi: u64) -> Result<Window, SegmentError> {
+        self.read_window_with(io, lo, hi, crate::parallel::run_all)
+    }
+
+    /// [`Self::read_window`], the member reads run by `run` (in parallel, or in line by a
+    /// caller that runs several windows at once already).
+    pub(super) fn read_window_with(&self, io: &IoMap, lo: u64, hi: u64, run: RunAll<Option<Result<Vec<u8>, String>>>) -> Result<Window, SegmentError> {
         let len = ((hi - lo) * SECTOR_BYTES) as usize;
-        let results = crate::parallel::run_all(
+        let results = run(
             (0..io.read.len())
                 .map(|role| {
                     let f: Box<dyn FnOnce() -> Option<Result<Vec<u8>, String>> + Send> = Box::new(move || {
