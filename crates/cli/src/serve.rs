@@ -3,7 +3,7 @@
 //! until `uraid stop`, SIGINT or SIGTERM, then flush and mark it clean.
 
 use crate::control::{self, ArrayStatus, CheckResult, DeviceStatus, JobStatus, Reply, Request};
-use crate::util::{open_members, random_uuid};
+use crate::util::{open_members, random_uuid, IoOpt};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::io::{BufRead, BufReader, Write};
@@ -54,6 +54,8 @@ pub struct ServeArgs {
     /// Print status lines as JSON only.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub io: IoOpt,
 }
 
 /// What the job thread is doing, for status replies.
@@ -116,7 +118,7 @@ fn resolve_devices(args: &ServeArgs) -> Result<Vec<PathBuf>> {
 
 pub fn assemble_for_serving(args: &ServeArgs) -> Result<Arc<Served>> {
     let paths = resolve_devices(args)?;
-    let members = open_members(&paths, true)?;
+    let members = open_members(&paths, true, args.io.mode())?;
     let opts = ArrayOptions {
         assemble: AssembleOptions { array_uuid: None, force: args.force, run: args.run },
         writable: true,
@@ -215,14 +217,14 @@ impl Served {
                 Request::Fail { device } => a.fail_device_by_label(&device)?,
                 Request::Remove { device } => a.remove_device(&device)?,
                 Request::Add { device } => {
-                    let m: Arc<dyn Member> = Arc::new(FileMember::open(std::path::Path::new(&device), true)?);
+                    let m: Arc<dyn Member> = Arc::new(FileMember::open_with(std::path::Path::new(&device), true, self.args.io.mode())?);
                     a.add_device(m, random_uuid())?;
                 }
                 Request::Replace { device, with } => {
                     // Add the new device as a spare, then fail the old one: the spare takes
                     // its role and is rebuilt (md's hot replace, which keeps the old member
                     // serving during the copy, is not implemented yet).
-                    let m: Arc<dyn Member> = Arc::new(FileMember::open(std::path::Path::new(&with), true)?);
+                    let m: Arc<dyn Member> = Arc::new(FileMember::open_with(std::path::Path::new(&with), true, self.args.io.mode())?);
                     a.add_device(m, random_uuid())?;
                     a.fail_device_by_label(&device)?;
                 }

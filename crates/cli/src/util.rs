@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uraid_engine::array::{JobKind, JobProgress};
-use uraid_engine::{Array, FileMember, Member};
+use uraid_engine::{Array, FileMember, IoMode, Member};
 
 /// Parses "4096", "64K", "512k", "1M", "2G", "1T" (binary units).
 pub fn parse_size(s: &str) -> Result<u64> {
@@ -50,12 +50,36 @@ pub fn random_uuid() -> [u8; 16] {
     b
 }
 
+/// `--io`: how commands that move data reach their members.
+#[derive(clap::Args, Clone, Copy, Debug, Default)]
+pub struct IoOpt {
+    /// Member I/O: `auto` = O_DIRECT on block devices that accept it, the page cache for
+    /// image files; `direct` = O_DIRECT everywhere (an error where refused); `buffered` =
+    /// always the page cache.
+    #[arg(long = "io", default_value_t = IoMode::Auto, value_name = "MODE", value_parser = io_mode_parser())]
+    pub io: IoMode,
+}
+
+fn io_mode_parser() -> impl clap::builder::TypedValueParser<Value = IoMode> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(IoMode::ALL.map(IoMode::name))
+        .map(|s| s.parse::<IoMode>().expect("one of the possible values"))
+}
+
+impl IoOpt {
+    pub fn mode(self) -> IoMode {
+        self.io
+    }
+}
+
+/// Opens one device (file or block device) with the given I/O mode.
+pub fn open_member(path: &Path, writable: bool, mode: IoMode) -> Result<Arc<dyn Member>> {
+    Ok(Arc::new(FileMember::open_with(path, writable, mode)?))
+}
+
 /// Opens devices (files or block devices).
-pub fn open_members(paths: &[impl AsRef<Path>], writable: bool) -> Result<Vec<Arc<dyn Member>>> {
-    paths
-        .iter()
-        .map(|p| Ok(Arc::new(FileMember::open(p.as_ref(), writable)?) as Arc<dyn Member>))
-        .collect()
+pub fn open_members(paths: &[impl AsRef<Path>], writable: bool, mode: IoMode) -> Result<Vec<Arc<dyn Member>>> {
+    paths.iter().map(|p| open_member(p.as_ref(), writable, mode)).collect()
 }
 
 /// Shows progress of a long operation on a terminal, /proc/mdstat style; silent otherwise.

@@ -10,4 +10,4 @@ pub mod scan;
 pub mod stripe_cache;
 
 pub use array::{Array, ArrayOptions, AssemblyReport, DeviceInfo, DeviceState, EngineError};
-pub use member::{FileMember, MemMember, Member};
+pub use member::{FileMember, IoMode, MemMember, Member};

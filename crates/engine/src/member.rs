@@ -2,10 +2,13 @@
 //! memory and (in the simulator) fault-injecting disks.
 
 use std::fs::{File, OpenOptions};
-use std::io;
+use std::io::{self, IoSlice, IoSliceMut};
+use std::ops::Range;
 use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::path::{Path, PathBuf};
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock};
+use uraid_parity::buffer::AlignedBuf;
 
 /// A device holding one md member: byte-addressed reads and writes at offsets.
 pub trait Member: Send + Sync {
@@ -58,23 +61,162 @@ pub fn write_zeros(m: &(impl Member + ?Sized), offset: u64, len: u64) -> io::Res
     Ok(())
 }
 
+/// How a [`FileMember`] reaches its device.
+///
+/// `Auto` (what [`FileMember::open`] uses) means direct I/O (`O_DIRECT`) for block devices
+/// that accept it and the page cache for regular files:
+/// - on a block device the page cache only doubles what the array's users cache already
+///   (their file system, the NBD/FUSE client), and costs a copy plus memory pressure, so
+///   going around it is the better default;
+/// - for image files the host file system's page cache is usually what the user wants
+///   (members on tmpfs or a fast disk are read back from RAM), and some file systems refuse
+///   `O_DIRECT` (older tmpfs, some overlay and FUSE mounts), so files stay buffered unless
+///   `Direct` is asked for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IoMode {
+    /// Everything through the page cache (pread/pwrite on a plain descriptor).
+    Buffered,
+    /// `O_DIRECT` for every aligned request; opening fails when the device or file system
+    /// refuses direct I/O.
+    Direct,
+    /// `Direct` for block devices that accept it, `Buffered` otherwise (silently).
+    #[default]
+    Auto,
+}
+
+impl IoMode {
+    pub const ALL: [IoMode; 3] = [IoMode::Buffered, IoMode::Direct, IoMode::Auto];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            IoMode::Buffered => "buffered",
+            IoMode::Direct => "direct",
+            IoMode::Auto => "auto",
+        }
+    }
+}
+
+impl std::fmt::Display for IoMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for IoMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<IoMode, String> {
+        match s {
+            "buffered" => Ok(IoMode::Buffered),
+            "direct" => Ok(IoMode::Direct),
+            "auto" => Ok(IoMode::Auto),
+            _ => Err(format!("unknown I/O mode {s:?}: use buffered, direct or auto")),
+        }
+    }
+}
+
+/// How many requests of a [`FileMember`] took each path (cumulative since open).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoStats {
+    /// Direct I/O straight from/to the caller's buffers.
+    pub direct: u64,
+    /// Direct I/O through an aligned bounce buffer (caller's memory not aligned).
+    pub bounced: u64,
+    /// Through the page cache (buffered mode, or offset/length not aligned).
+    pub buffered: u64,
+    /// Direct requests the kernel refused with EINVAL although they looked aligned, redone
+    /// buffered. Should stay 0; a non-zero count means the alignment reported for the device
+    /// is wrong.
+    pub einval_fallbacks: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    direct: AtomicU64,
+    bounced: AtomicU64,
+    buffered: AtomicU64,
+    einval_fallbacks: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The `O_DIRECT` descriptor of a member and the alignment its device demands.
+struct DirectFd {
+    file: File,
+    /// File offsets and lengths (of each iovec, too) must be multiples of this.
+    offset_align: usize,
+    /// Buffer addresses must be multiples of this.
+    mem_align: usize,
+}
+
+impl DirectFd {
+    /// May `b` be handed to the kernel as it is? (Empty slices are skipped by the kernel.)
+    fn fits(&self, b: &[u8]) -> bool {
+        b.is_empty() || ((b.as_ptr() as usize).is_multiple_of(self.mem_align) && b.len().is_multiple_of(self.offset_align))
+    }
+    fn bounce_align(&self) -> usize {
+        self.offset_align.max(self.mem_align)
+    }
+}
+
 /// A regular file or block device, opened read-only unless writes were asked for, so a
 /// read-only command can never modify a member.
+///
+/// In direct mode the member holds TWO descriptors on the same inode: one opened with
+/// `O_DIRECT`, one buffered. A request whose offset and length are multiples of the device's
+/// direct-I/O alignment goes direct (from/to the caller's buffers when their addresses and
+/// lengths are aligned too, else through an aligned bounce buffer, [`BOUNCE_BYTES`] at a
+/// time); any other request (the engine works in 512-byte sectors, a device may want 4 KiB)
+/// goes through the buffered descriptor.
+///
+/// Mixing the two is coherent on Linux because both descriptors share the inode's page
+/// cache, and the kernel keeps direct I/O consistent with it: a direct write first writes
+/// back and then invalidates the cached pages of its range (and invalidates again after the
+/// write), a direct read first writes back dirty cached pages of its range. So a buffered
+/// write followed by a direct read, or a direct write followed by a buffered read, sees the
+/// new data. What the kernel does not order is requests in flight at the same time on the
+/// same range; the engine does not issue those for data: writes, degraded reads and
+/// resync/recovery/check of a stripe run under its stripe lock. (A healthy read racing a
+/// client's write to the same range may see old or new data, as on any disk; a page such a
+/// read caches during a direct write is dropped by the kernel's second invalidation when the
+/// write completes.) Superblock and bitmap writes sit in their own areas, apart from data.
+///
+/// Residual risk: the kernel cannot invalidate a cached page (or large folio) that a
+/// buffered write is dirtying at that very moment. That needs a buffered write and a direct
+/// write in flight together on the same page: a neighbouring block when the device's block
+/// is smaller than the page or folio, concurrent writes to one metadata area through
+/// different paths, or another process writing or mmapping the member. The kernel then logs
+/// "Page cache invalidation failure on direct I/O"; the stale page may be read back later,
+/// and if it is dirty its writeback overwrites the direct write on the device. `--io
+/// buffered` (or `Auto` on files) never mixes the paths.
 pub struct FileMember {
     path: PathBuf,
     label: String,
+    /// Buffered descriptor: unaligned requests, flush, discard.
     file: File,
+    /// `O_DIRECT` descriptor when direct I/O is in use.
+    direct: Option<DirectFd>,
     size: u64,
     writable: bool,
+    counters: Counters,
 }
 
 impl FileMember {
+    /// Opens with [`IoMode::Auto`]: direct I/O on block devices that accept it, buffered for
+    /// files (see [`IoMode`] for why).
     pub fn open(path: &Path, writable: bool) -> io::Result<FileMember> {
-        let file = OpenOptions::new().read(true).write(writable).open(path).map_err(|e| {
-            io::Error::new(e.kind(), format!("{}: {e}", path.display()))
-        })?;
+        FileMember::open_with(path, writable, IoMode::Auto)
+    }
+
+    /// Opens with the given I/O mode. `Direct` on a device or file system that refuses
+    /// `O_DIRECT` is an error naming the path; `Auto` then falls back to buffered.
+    pub fn open_with(path: &Path, writable: bool, mode: IoMode) -> io::Result<FileMember> {
+        let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+        let file = OpenOptions::new().read(true).write(writable).open(path).map_err(named)?;
         let meta = file.metadata()?;
-        let size = if meta.file_type().is_block_device() {
+        let is_block = meta.file_type().is_block_device();
+        let size = if is_block {
             // Block devices report size 0 in metadata; seeking to the end tells the truth.
             use std::io::{Seek, SeekFrom};
             let mut f = &file;
@@ -87,12 +229,318 @@ impl FileMember {
                 format!("{}: not a regular file or block device", path.display()),
             ));
         };
-        Ok(FileMember { label: path.display().to_string(), path: path.to_path_buf(), file, size, writable })
+        let direct = match mode {
+            IoMode::Buffered => None,
+            IoMode::Auto if !is_block => None,
+            IoMode::Auto => open_direct(path, writable, is_block, size).ok(),
+            IoMode::Direct => Some(open_direct(path, writable, is_block, size).map_err(|e| {
+                io::Error::new(e.kind(), format!("{}: direct I/O (O_DIRECT) refused: {e}", path.display()))
+            })?),
+        };
+        Ok(FileMember {
+            label: path.display().to_string(),
+            path: path.to_path_buf(),
+            file,
+            direct,
+            size,
+            writable,
+            counters: Counters::default(),
+        })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// The mode in effect: `Direct` or `Buffered` (never `Auto`).
+    pub fn io_mode(&self) -> IoMode {
+        if self.direct.is_some() {
+            IoMode::Direct
+        } else {
+            IoMode::Buffered
+        }
+    }
+
+    /// In direct mode, (offset/length alignment, buffer address alignment) in bytes.
+    pub fn direct_alignment(&self) -> Option<(usize, usize)> {
+        self.direct.as_ref().map(|d| (d.offset_align, d.mem_align))
+    }
+
+    /// Which path requests took so far.
+    pub fn io_stats(&self) -> IoStats {
+        let c = &self.counters;
+        IoStats {
+            direct: c.direct.load(Ordering::Relaxed),
+            bounced: c.bounced.load(Ordering::Relaxed),
+            buffered: c.buffered.load(Ordering::Relaxed),
+            einval_fallbacks: c.einval_fallbacks.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The direct descriptor if a request of `len` bytes at `offset` may use it.
+    fn direct_for(&self, offset: u64, len: usize) -> Option<&DirectFd> {
+        let d = self.direct.as_ref()?;
+        (len > 0 && offset.is_multiple_of(d.offset_align as u64) && len.is_multiple_of(d.offset_align)).then_some(d)
+    }
+
+    fn check_writable(&self) -> io::Result<()> {
+        if self.writable {
+            Ok(())
+        } else {
+            Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("{} is open read-only", self.label)))
+        }
+    }
+
+    fn read_bufs(&self, bufs: &mut [&mut [u8]], offset: u64) -> io::Result<()> {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        check_range(self, offset, total)?;
+        let direct = self.direct_for(offset, total).map(|d| (d, bufs.iter().all(|b| d.fits(b))));
+        self.route(direct, |route| match route {
+            Route::Plain(file) => preadv_all(file, bufs, offset, &self.label),
+            Route::Bounce(d) => bounce_read(d, bufs, offset, &self.label),
+        })
+    }
+
+    fn write_bufs(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        self.check_writable()?;
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        check_range(self, offset, total)?;
+        let direct = self.direct_for(offset, total).map(|d| (d, bufs.iter().all(|b| d.fits(b))));
+        self.route(direct, |route| match route {
+            Route::Plain(file) => pwritev_all(file, bufs, offset, &self.label),
+            Route::Bounce(d) => bounce_write(d, bufs, offset, &self.label),
+        })
+    }
+
+    /// Runs `op` on the path a request takes: given `Some((direct fd, buffers fit))` the
+    /// direct descriptor itself or a bounce through it, else (or when the kernel refuses the
+    /// direct request with EINVAL) the buffered descriptor. EINVAL is the alignment check,
+    /// made before any byte moves, so doing the whole request again buffered is safe.
+    fn route(&self, direct: Option<(&DirectFd, bool)>, mut op: impl FnMut(Route<'_>) -> io::Result<()>) -> io::Result<()> {
+        if let Some((d, fits)) = direct {
+            let result = if fits {
+                bump(&self.counters.direct);
+                op(Route::Plain(&d.file))
+            } else {
+                bump(&self.counters.bounced);
+                op(Route::Bounce(d))
+            };
+            match result {
+                Err(e) if e.raw_os_error() == Some(EINVAL) => bump(&self.counters.einval_fallbacks),
+                done => return done,
+            }
+        }
+        bump(&self.counters.buffered);
+        op(Route::Plain(&self.file))
+    }
+}
+
+/// Where a request goes: a descriptor used as it is, or a bounce through the direct one.
+enum Route<'a> {
+    Plain(&'a File),
+    Bounce(&'a DirectFd),
+}
+
+const EINVAL: i32 = rustix::io::Errno::INVAL.raw_os_error();
+
+/// Opens the `O_DIRECT` descriptor, learns the device's alignment and proves direct I/O
+/// works with one aligned read at offset 0 (some file systems accept the flag at open and
+/// refuse the I/O).
+fn open_direct(path: &Path, writable: bool, is_block: bool, size: u64) -> io::Result<DirectFd> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(writable)
+        .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
+        .open(path)?;
+    let (offset_align, mem_align) = dio_alignment(&file, is_block)?;
+    let d = DirectFd { file, offset_align, mem_align };
+    if size >= offset_align as u64 {
+        let mut probe = AlignedBuf::zeroed(offset_align, d.bounce_align());
+        d.file.read_exact_at(&mut probe, 0)?;
+    }
+    Ok(d)
+}
+
+/// (offset/length alignment, memory alignment) for direct I/O on `direct`.
+///
+/// statx(STATX_DIOALIGN) gives both for files on file systems that know (ext4, xfs, f2fs,
+/// btrfs; Linux 6.1+) and for block devices (6.11+); a reported offset alignment of 0
+/// means "no direct I/O on this file". Block devices without it use their logical block
+/// size (BLKSSZGET) for both; files without it use 4096, which every device accepts.
+fn dio_alignment(direct: &File, is_block: bool) -> io::Result<(usize, usize)> {
+    use rustix::fs::{statx, AtFlags, StatxFlags};
+    let dio = statx(direct, "", AtFlags::EMPTY_PATH, StatxFlags::DIOALIGN)
+        .ok()
+        .filter(|s| StatxFlags::from_bits_retain(s.stx_mask).contains(StatxFlags::DIOALIGN))
+        .map(|s| (s.stx_dio_offset_align as usize, s.stx_dio_mem_align as usize));
+    let (offset_align, mem_align) = if is_block {
+        let lbs = rustix::fs::ioctl_blksszget(direct)? as usize;
+        match dio {
+            Some((o, m)) if o != 0 => (o.max(lbs), m.max(1)),
+            _ => (lbs, lbs),
+        }
+    } else {
+        match dio {
+            Some((0, _)) => {
+                return Err(io::Error::new(io::ErrorKind::Unsupported, "the file system does not support direct I/O here"))
+            }
+            Some((o, m)) => (o, m.max(1)),
+            None => (4096, 4096),
+        }
+    };
+    if !offset_align.is_power_of_two() || !mem_align.is_power_of_two() {
+        return Err(io::Error::other(format!("odd direct I/O alignment {offset_align}/{mem_align}")));
+    }
+    Ok((offset_align, mem_align))
+}
+
+/// Bytes of one bounce buffer: unaligned-memory direct requests are copied through it this
+/// much at a time.
+pub const BOUNCE_BYTES: usize = 1 << 20;
+/// Bounce buffers kept for reuse (one per member I/O thread is enough).
+const BOUNCE_POOL_MAX: usize = 8;
+static BOUNCE_POOL: Mutex<Vec<AlignedBuf>> = Mutex::new(Vec::new());
+
+/// An aligned buffer from the pool, returned to it on drop.
+struct Bounce(Option<AlignedBuf>);
+
+impl Bounce {
+    fn take(align: usize) -> Bounce {
+        let len = BOUNCE_BYTES.max(align);
+        let mut pool = BOUNCE_POOL.lock().unwrap_or_else(|e| e.into_inner());
+        let buf = match pool.iter().position(|b| b.align() >= align && b.len() >= len) {
+            Some(i) => pool.swap_remove(i),
+            None => {
+                drop(pool);
+                AlignedBuf::zeroed(len, align)
+            }
+        };
+        Bounce(Some(buf))
+    }
+    fn buf(&mut self) -> &mut AlignedBuf {
+        self.0.as_mut().expect("bounce buffer present until drop")
+    }
+}
+
+impl Drop for Bounce {
+    fn drop(&mut self) {
+        if let Some(b) = self.0.take() {
+            let mut pool = BOUNCE_POOL.lock().unwrap_or_else(|e| e.into_inner());
+            if pool.len() < BOUNCE_POOL_MAX {
+                pool.push(b);
+            }
+        }
+    }
+}
+
+/// A position in a run of buffers, walked in pieces.
+#[derive(Default)]
+struct Cursor {
+    idx: usize,
+    pos: usize,
+}
+
+impl Cursor {
+    /// The next `n` bytes of the run, as (buffer index, range in that buffer, range in the
+    /// `n` bytes) pieces, given the buffers' lengths; empty buffers are skipped.
+    fn pieces(&mut self, len_of: impl Fn(usize) -> usize, n: usize) -> Vec<(usize, Range<usize>, Range<usize>)> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < n {
+            while self.pos == len_of(self.idx) {
+                self.idx += 1;
+                self.pos = 0;
+            }
+            let k = (len_of(self.idx) - self.pos).min(n - at);
+            out.push((self.idx, self.pos..self.pos + k, at..at + k));
+            self.pos += k;
+            at += k;
+        }
+        out
+    }
+}
+
+/// Runs `step(staged, at)` over a direct request of `total` bytes (a multiple of the
+/// alignment), one aligned bounce buffer's worth at a time: `staged` is the chunk of the
+/// buffer for bytes `at..at + staged.len()` of the request.
+fn through_bounce(d: &DirectFd, total: usize, mut step: impl FnMut(&mut [u8], u64) -> io::Result<()>) -> io::Result<()> {
+    let mut bounce = Bounce::take(d.bounce_align());
+    let chunk = bounce.buf().len();
+    let mut done = 0;
+    while done < total {
+        let n = (total - done).min(chunk);
+        step(&mut bounce.buf()[..n], done as u64)?;
+        done += n;
+    }
+    Ok(())
+}
+
+/// Direct read of `bufs` (total aligned) through a bounce buffer.
+fn bounce_read(d: &DirectFd, bufs: &mut [&mut [u8]], offset: u64, label: &str) -> io::Result<()> {
+    let total: usize = bufs.iter().map(|b| b.len()).sum();
+    let mut cur = Cursor::default();
+    through_bounce(d, total, |staged, at| {
+        preadv_all(&d.file, &mut [&mut *staged], offset + at, label)?;
+        for (i, r, s) in cur.pieces(|i| bufs[i].len(), staged.len()) {
+            bufs[i][r].copy_from_slice(&staged[s]);
+        }
+        Ok(())
+    })
+}
+
+/// Direct write of `bufs` (total aligned) through a bounce buffer.
+fn bounce_write(d: &DirectFd, bufs: &[&[u8]], offset: u64, label: &str) -> io::Result<()> {
+    let total: usize = bufs.iter().map(|b| b.len()).sum();
+    let mut cur = Cursor::default();
+    through_bounce(d, total, |staged, at| {
+        for (i, r, s) in cur.pieces(|i| bufs[i].len(), staged.len()) {
+            staged[s].copy_from_slice(&bufs[i][r]);
+        }
+        pwritev_all(&d.file, &[staged], offset + at, label)
+    })
+}
+
+/// At most this many iovecs per preadv/pwritev call (Linux's UIO_MAXIOV).
+const IOV_MAX: usize = 1024;
+
+/// Runs `io` (one preadv or pwritev at an offset) over `slices` in groups of at most
+/// IOV_MAX, resuming after short transfers; `advance` is `advance_slices` of the slice type,
+/// `stuck` the error for a call that moved nothing.
+fn transfer_all<S: std::ops::Deref<Target = [u8]>>(
+    slices: &mut [S],
+    offset: u64,
+    advance: fn(&mut &mut [S], usize),
+    mut io: impl FnMut(&mut [S], u64) -> rustix::io::Result<usize>,
+    stuck: impl Fn() -> io::Error,
+) -> io::Result<()> {
+    let mut at = offset;
+    for mut rest in slices.chunks_mut(IOV_MAX) {
+        advance(&mut rest, 0); // drops leading empty slices: nothing left, no call
+        while !rest.is_empty() {
+            let n = io(rest, at)?;
+            if n == 0 {
+                return Err(stuck());
+            }
+            at += n as u64;
+            advance(&mut rest, n);
+        }
+    }
+    Ok(())
+}
+
+fn preadv_all(file: &File, bufs: &mut [&mut [u8]], offset: u64, label: &str) -> io::Result<()> {
+    let mut slices: Vec<IoSliceMut> = bufs.iter_mut().map(|b| IoSliceMut::new(b)).collect();
+    transfer_all(&mut slices, offset, IoSliceMut::advance_slices, |s, at| rustix::io::preadv(file, s, at), || {
+        io::Error::new(io::ErrorKind::UnexpectedEof, format!("{label}: short read"))
+    })
+}
+
+fn pwritev_all(file: &File, bufs: &[&[u8]], offset: u64, label: &str) -> io::Result<()> {
+    let mut slices: Vec<IoSlice> = bufs.iter().map(|b| IoSlice::new(b)).collect();
+    transfer_all(&mut slices, offset, IoSlice::advance_slices, |s, at| rustix::io::pwritev(file, s, at), || {
+        io::Error::new(io::ErrorKind::WriteZero, format!("{label}: wrote nothing"))
+    })
 }
 
 impl Member for FileMember {
@@ -103,75 +551,36 @@ impl Member for FileMember {
         self.size
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        check_range(self, offset, buf.len())?;
-        self.file.read_exact_at(buf, offset)
+        self.read_bufs(&mut [buf], offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        if !self.writable {
-            return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("{} is open read-only", self.label)));
-        }
-        check_range(self, offset, buf.len())?;
-        self.file.write_all_at(buf, offset)
+        self.write_bufs(&[buf], offset)
     }
     fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> io::Result<()> {
-        let total: usize = bufs.iter().map(|b| b.len()).sum();
-        check_range(self, offset, total)?;
-        const IOV_MAX: usize = 1024;
-        let mut at = offset;
-        for group in bufs.chunks_mut(IOV_MAX) {
-            let mut slices: Vec<std::io::IoSliceMut> = group.iter_mut().map(|b| std::io::IoSliceMut::new(b)).collect();
-            let mut rest: &mut [std::io::IoSliceMut] = &mut slices;
-            while !rest.is_empty() {
-                let n = rustix::io::preadv(&self.file, rest, at)?;
-                if n == 0 {
-                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("{}: short read", self.label)));
-                }
-                at += n as u64;
-                std::io::IoSliceMut::advance_slices(&mut rest, n);
-            }
-        }
-        Ok(())
+        self.read_bufs(bufs, offset)
     }
     fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
-        if !self.writable {
-            return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("{} is open read-only", self.label)));
-        }
-        let total: usize = bufs.iter().map(|b| b.len()).sum();
-        check_range(self, offset, total)?;
-        // pwritev in groups of at most IOV_MAX slices, resuming after short writes.
-        const IOV_MAX: usize = 1024;
-        let mut at = offset;
-        for group in bufs.chunks(IOV_MAX) {
-            let mut slices: Vec<std::io::IoSlice> = group.iter().map(|b| std::io::IoSlice::new(b)).collect();
-            let mut rest: &mut [std::io::IoSlice] = &mut slices;
-            while !rest.is_empty() {
-                let n = rustix::io::pwritev(&self.file, rest, at)?;
-                if n == 0 {
-                    return Err(io::Error::new(io::ErrorKind::WriteZero, format!("{}: wrote nothing", self.label)));
-                }
-                at += n as u64;
-                std::io::IoSlice::advance_slices(&mut rest, n);
-            }
-        }
-        Ok(())
+        self.write_bufs(bufs, offset)
     }
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
-        if !self.writable {
-            return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("{} is open read-only", self.label)));
-        }
+        self.check_writable()?;
         check_range(self, offset, len as usize)?;
         if self.file.metadata()?.is_file() {
             use rustix::fs::{fallocate, FallocateFlags};
-            // A punched hole reads as zeros and frees the space; KEEP_SIZE keeps the member's size.
+            // A punched hole reads as zeros and frees the space; KEEP_SIZE keeps the member's
+            // size. It also drops the range from the page cache, which both descriptors share.
             if fallocate(&self.file, FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE, offset, len).is_ok() {
                 return Ok(());
             }
         }
         // Block devices (a discard there need not read back as zeros) and filesystems
-        // without hole punching: write zeros.
+        // without hole punching: write zeros (direct where aligned, like any write).
         write_zeros(self, offset, len)
     }
     fn flush(&self) -> io::Result<()> {
+        // One fdatasync covers the inode, whichever descriptor wrote: it writes back the
+        // page cache (buffered writes) and makes the device flush its volatile write cache,
+        // which direct writes may still sit in once they have completed.
         if self.writable {
             self.file.sync_data()
         } else {
@@ -250,6 +659,63 @@ mod tests {
         assert!(m.read_at(&mut b, 4081).is_err());
         assert!(m.write_at(&b, 0).is_err());
         assert_eq!(std::fs::read(&p).unwrap(), vec![7u8; 4096]);
+    }
+
+    #[test]
+    fn direct_mode_really_uses_an_o_direct_descriptor() {
+        use rustix::fs::{fcntl_getfl, OFlags};
+        let dir = tempfile::tempdir_in("/tmp").unwrap();
+        let p = dir.path().join("m.img");
+        std::fs::write(&p, vec![0u8; 1 << 20]).unwrap();
+        let m = FileMember::open_with(&p, true, IoMode::Direct).unwrap();
+        assert_eq!(m.io_mode(), IoMode::Direct);
+        let d = m.direct.as_ref().expect("direct descriptor");
+        assert!(fcntl_getfl(&d.file).unwrap().contains(OFlags::DIRECT));
+        assert!(!fcntl_getfl(&m.file).unwrap().contains(OFlags::DIRECT));
+        let (oa, _) = m.direct_alignment().unwrap();
+        eprintln!("direct I/O alignment on /tmp: {:?}", m.direct_alignment());
+
+        // Aligned offset, length and memory: straight through the direct descriptor.
+        let mut aligned = AlignedBuf::zeroed(2 * oa, d.bounce_align());
+        aligned.fill(0xA5);
+        m.write_at(&aligned, oa as u64).unwrap();
+        assert_eq!(m.io_stats(), IoStats { direct: 1, ..IoStats::default() });
+        // Aligned offset and length, memory off by one: bounced.
+        let v = vec![0x5Au8; 2 * oa + 1];
+        m.write_at(&v[1..], 4 * oa as u64).unwrap();
+        let mut back = vec![0u8; 2 * oa + 1];
+        m.read_at(&mut back[1..], 4 * oa as u64).unwrap();
+        assert_eq!(back[1..], v[1..]);
+        assert_eq!(m.io_stats(), IoStats { direct: 1, bounced: 2, ..IoStats::default() });
+        // Unaligned offset: the page cache.
+        m.write_at(&[1, 2, 3], 7).unwrap();
+        assert_eq!(m.io_stats().buffered, 1);
+        // Each path sees what the others wrote.
+        let mut all = AlignedBuf::zeroed(8 * oa, d.bounce_align());
+        m.read_at(&mut all, 0).unwrap();
+        assert_eq!(m.io_stats().direct, 2);
+        assert_eq!(all[7..10], [1, 2, 3]);
+        assert!(all[oa..3 * oa].iter().all(|&b| b == 0xA5));
+        assert!(all[4 * oa..6 * oa].iter().all(|&b| b == 0x5A));
+        m.flush().unwrap();
+        assert_eq!(std::fs::read(&p).unwrap()[..8 * oa], all[..]);
+        assert_eq!(m.io_stats().einval_fallbacks, 0);
+    }
+
+    #[test]
+    fn direct_is_an_error_where_refused_and_auto_keeps_files_buffered() {
+        // procfs refuses O_DIRECT at open (EINVAL).
+        let p = Path::new("/proc/version");
+        let e = FileMember::open_with(p, false, IoMode::Direct).err().expect("O_DIRECT on procfs must fail");
+        assert!(e.to_string().contains("/proc/version") && e.to_string().contains("O_DIRECT"), "{e}");
+        assert_eq!(FileMember::open_with(p, false, IoMode::Auto).unwrap().io_mode(), IoMode::Buffered);
+        let dir = tempfile::tempdir_in("/tmp").unwrap();
+        let f = dir.path().join("m.img");
+        std::fs::write(&f, vec![0u8; 8192]).unwrap();
+        assert_eq!(FileMember::open(&f, true).unwrap().io_mode(), IoMode::Buffered);
+        assert_eq!(FileMember::open_with(&f, true, IoMode::Buffered).unwrap().direct_alignment(), None);
+        assert_eq!("direct".parse::<IoMode>(), Ok(IoMode::Direct));
+        assert!("fast".parse::<IoMode>().is_err());
     }
 
     #[test]

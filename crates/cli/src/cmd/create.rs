@@ -1,6 +1,6 @@
 //! `uraid create`: make a new md array on files or block devices, as `mdadm --create` does.
 
-use crate::util::{human_bytes, open_members, parse_size, random_uuid, run_pending_jobs};
+use crate::util::{human_bytes, open_members, parse_size, random_uuid, run_pending_jobs, IoOpt};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::PathBuf;
@@ -58,6 +58,8 @@ pub struct CreateArgs {
     /// Print a JSON summary and nothing else on stdout.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    io: IoOpt,
     /// Member devices or files, in role order; `missing` leaves a slot empty.
     #[arg(required = true)]
     devices: Vec<String>,
@@ -160,7 +162,7 @@ pub fn run(a: CreateArgs) -> Result<ExitCode> {
             paths.push(Some(p));
         }
         let present: Vec<PathBuf> = paths.iter().flatten().cloned().collect();
-        let opened = open_members(&present, true)?;
+        let opened = open_members(&present, true, a.io.mode())?;
         let mut it = opened.into_iter();
         let members: Vec<Option<Arc<dyn Member>>> = paths.iter().map(|p| p.as_ref().and_then(|_| it.next())).collect();
         if !a.force {

@@ -1,13 +1,13 @@
 //! `uraid read DEV...`: assemble read-only and stream the array's contents to stdout.
 
+use crate::util::{open_members, IoOpt};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use uraid_core::assemble::AssembleOptions;
-use uraid_engine::{Array, ArrayOptions, FileMember, Member};
+use uraid_engine::{Array, ArrayOptions, IoMode};
 
 #[derive(Args)]
 pub struct ReadArgs {
@@ -26,14 +26,13 @@ pub struct ReadArgs {
     /// Like mdadm --run: start although members recorded as active were not given.
     #[arg(long)]
     run: bool,
+    #[command(flatten)]
+    io: IoOpt,
 }
 
 /// Opens `paths` read-only and assembles them; warnings go to stderr.
-pub fn assemble_read_only(paths: &[PathBuf], force: bool, run: bool) -> Result<Array> {
-    let mut members: Vec<Arc<dyn Member>> = Vec::new();
-    for p in paths {
-        members.push(Arc::new(FileMember::open(p, false)?));
-    }
+pub fn assemble_read_only(paths: &[PathBuf], force: bool, run: bool, mode: IoMode) -> Result<Array> {
+    let members = open_members(paths, false, mode)?;
     let opts = ArrayOptions { assemble: AssembleOptions { array_uuid: None, force, run }, ..Default::default() };
     let (array, report) = Array::assemble(members, &opts)?;
     for w in &report.warnings {
@@ -46,7 +45,7 @@ pub fn assemble_read_only(paths: &[PathBuf], force: bool, run: bool) -> Result<A
 }
 
 pub fn run(a: ReadArgs) -> Result<ExitCode> {
-    let array = assemble_read_only(&a.devices, a.force, a.run)?;
+    let array = assemble_read_only(&a.devices, a.force, a.run, a.io.mode())?;
     let size = array.size_bytes();
     if a.offset > size {
         bail!("--offset {} is beyond the array end ({size} bytes)", a.offset);

@@ -1,6 +1,6 @@
 //! `uraid write DEV... --offset N < data`: offline one-shot write of stdin into the array.
 
-use crate::util::open_members;
+use crate::util::{open_members, IoOpt};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::io::Read;
@@ -26,10 +26,12 @@ pub struct WriteArgs {
     /// Print nothing on success.
     #[arg(long, short = 'q')]
     quiet: bool,
+    #[command(flatten)]
+    io: IoOpt,
 }
 
 pub fn run(a: WriteArgs) -> Result<ExitCode> {
-    let members = open_members(&a.devices, true)?;
+    let members = open_members(&a.devices, true, a.io.mode())?;
     let opts = ArrayOptions { assemble: AssembleOptions { array_uuid: None, force: a.force, run: a.run }, writable: true, ..Default::default() };
     let (array, report) = Array::assemble(members, &opts)?;
     for w in &report.warnings {

@@ -52,6 +52,15 @@ pub fn make(shape: &Shape) -> Made {
         (0..shape.disks).map(|i| Arc::new(MemMember::zeroed(format!("m{i}"), shape.member_bytes))).collect();
     let spares: Vec<Arc<MemMember>> =
         (0..shape.spares).map(|i| Arc::new(MemMember::zeroed(format!("s{i}"), shape.member_bytes))).collect();
+    let m: Vec<Arc<dyn Member>> = members.iter().map(|m| m.clone() as Arc<dyn Member>).collect();
+    let s: Vec<Arc<dyn Member>> = spares.iter().map(|m| m.clone() as Arc<dyn Member>).collect();
+    write_created(shape, &m, &s);
+    Made { members, spares }
+}
+
+/// Plans an array of `shape` with the real create planner and writes it onto `members` and
+/// `spares` (any backend, each `shape.member_bytes` long).
+pub fn write_created(shape: &Shape, members: &[Arc<dyn Member>], spares: &[Arc<dyn Member>]) {
     let new = |i: usize| NewDevice { size_bytes: shape.member_bytes as u64, device_uuid: [i as u8 + 1; 16] };
     let mut req = CreateRequest::new(
         shape.level,
@@ -68,10 +77,8 @@ pub fn make(shape: &Shape) -> Made {
     req.initial_sync = shape.sync;
     req.bitmap = shape.bitmap_chunk.map(|c| uraid_core::metadata::create::BitmapRequest { chunk_bytes: Some(c) });
     let plan = plan_create(&req).expect("plan");
-    let m: Vec<Option<Arc<dyn Member>>> = members.iter().map(|m| Some(m.clone() as Arc<dyn Member>)).collect();
-    let s: Vec<Arc<dyn Member>> = spares.iter().map(|m| m.clone() as Arc<dyn Member>).collect();
-    write_plan(&plan, &m, &s).expect("write plan");
-    Made { members, spares }
+    let m: Vec<Option<Arc<dyn Member>>> = members.iter().map(|m| Some(m.clone())).collect();
+    write_plan(&plan, &m, spares).expect("write plan");
 }
 
 pub fn open(devs: &[Arc<MemMember>], run: bool) -> Array {
