@@ -46,6 +46,9 @@ pub struct DeviceStatus {
     pub state: String,
     pub role: Option<usize>,
     pub recovered_sectors: Option<u64>,
+    /// Why the serving process failed this device (the I/O error, or a request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

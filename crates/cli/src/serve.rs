@@ -161,7 +161,14 @@ impl Served {
                     DeviceState::Spare => ("spare", None, None),
                     DeviceState::Faulty => ("faulty", None, None),
                 };
-                DeviceStatus { device: d.label, dev_number: d.dev_number, state: state.into(), role, recovered_sectors: rec }
+                DeviceStatus {
+                    device: d.label,
+                    dev_number: d.dev_number,
+                    state: state.into(),
+                    role,
+                    recovered_sectors: rec,
+                    failure: d.failure,
+                }
             })
             .collect();
         let missing = a.missing_roles();
@@ -246,13 +253,25 @@ impl Served {
         }
     }
 
+    /// Prints each device failure once, as md logs "Disk failure on sdX" to the kernel log.
+    fn log_new_failures(&self, reported: &mut std::collections::HashSet<String>) {
+        for d in self.array.devices() {
+            if d.state == DeviceState::Faulty && reported.insert(d.label.clone()) {
+                let why = d.failure.as_deref().unwrap_or("faulty at assembly");
+                eprintln!("uraid: {}: {} failed: {why}; missing roles now {:?}", self.name(), d.label, self.array.missing_roles());
+            }
+        }
+    }
+
     /// The background job loop: requested check/repair, else pending recovery/resync,
     /// rate-limited between speed_min and speed_max; marks the array clean when idle.
     fn job_loop(&self) {
         // 4 MiB of member sectors per step: several recovery units, rebuilt concurrently,
         // and still fine-grained enough for the speed limits (20 ms at 200 MB/s).
         let step = 4u64 << 11;
+        let mut reported = std::collections::HashSet::new();
         while !self.stop.load(Ordering::Acquire) {
+            self.log_new_failures(&mut reported);
             let requested = self.job.lock().map(|mut j| j.requested_check.take()).unwrap_or(None);
             let kind = match requested {
                 Some(repair) => Some(if repair { JobKind::Repair } else { JobKind::Check }),
@@ -290,6 +309,7 @@ impl Served {
                     }
                 };
                 pos = p.done_sectors;
+                self.log_new_failures(&mut reported);
                 self.set_running(Some((kind, pos, total, start, pos0)));
                 if p.finished() || (matches!(kind, JobKind::Resync | JobKind::Recovery) && self.array.pending_job() != Some(kind)) {
                     finished = true;

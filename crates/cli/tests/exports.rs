@@ -719,6 +719,8 @@ fn fuse_failure_and_rebuild(case: &FailureCase) {
                 env.uraid(&["fail", case.name, p(&members[i])]);
                 let d = env.detail(case.name);
                 assert_eq!(device_state(&d, &members[i]), "faulty", "after fail: {d}");
+                let failure = d["devices"].as_array().and_then(|v| v.iter().find(|x| x["device"] == p(&members[i]))).map(|x| x["failure"].clone());
+                assert_eq!(failure, Some(Value::from("failed by request")), "detail names why: {d}");
                 println!("{}: failed {} after {done} files", case.name, names[i]);
             }
             Action::Add(i) => {

@@ -172,6 +172,9 @@ fn detail_text(st: &ArrayStatus) -> String {
             (other, _) => other.to_string(),
         };
         s += &format!("    {:>6}   {:>10} {:<30} {}\n", d.dev_number, role, state, d.device);
+        if let Some(why) = &d.failure {
+            s += &format!("             failed: {why}\n");
+        }
     }
     s + &mdstat(st)
 }

@@ -93,8 +93,8 @@ impl Array {
                 .collect()
         };
         for (i, m, at) in targets {
-            if m.write_at(bytes, at).and_then(|_| m.flush()).is_err() {
-                self.fail_device(i, "bitmap write failed");
+            if let Err(e) = m.write_at(bytes, at).and_then(|_| m.flush()) {
+                self.fail_device(i, &format!("bitmap write: {e}"));
             }
         }
     }

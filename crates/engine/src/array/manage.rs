@@ -62,6 +62,7 @@ impl Array {
             sb_offset: planned.superblock_offset_bytes,
             data_offset: planned.data_offset_bytes,
             state: DeviceState::Spare,
+            failure: None,
         });
         let resync = if self.dirty.load(Ordering::Acquire) { 0 } else { self.resync_position() };
         self.persist(&mut meta, resync);

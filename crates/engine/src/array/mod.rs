@@ -82,6 +82,8 @@ struct Device {
     sb_offset: u64,
     data_offset: u64,
     state: DeviceState,
+    /// Why this process failed the device (the I/O error, or a request), for status.
+    failure: Option<String>,
 }
 
 /// Public view of a device, for status displays.
@@ -90,6 +92,8 @@ pub struct DeviceInfo {
     pub label: String,
     pub state: DeviceState,
     pub dev_number: u32,
+    /// Why the device was failed while this array was open (md prints it to the kernel log).
+    pub failure: Option<String>,
 }
 
 /// A member serving a role on the I/O path.
@@ -254,6 +258,7 @@ impl Array {
                 sb_offset: sb_offsets[i],
                 data_offset: candidates[i].superblock.data_offset_sectors() * SECTOR_BYTES,
                 state,
+                failure: None,
             });
         };
         let rebuilding: Vec<(usize, u64)> = plan.rebuilding.iter().map(|r| (r.member, r.recovered_sectors)).collect();
@@ -350,7 +355,12 @@ impl Array {
         self.lock_meta()
             .devices
             .iter()
-            .map(|d| DeviceInfo { label: d.member.label().to_string(), state: d.state, dev_number: d.sb.dev_number() })
+            .map(|d| DeviceInfo {
+                label: d.member.label().to_string(),
+                state: d.state,
+                dev_number: d.sb.dev_number(),
+                failure: d.failure.clone(),
+            })
             .collect()
     }
     /// Roles with no in-sync member.
@@ -464,12 +474,12 @@ impl Array {
         let io = self.io_map();
         let mut failed = Vec::new();
         for rm in io.write.iter().flatten() {
-            if rm.member.flush().is_err() {
-                failed.push(rm.device);
+            if let Err(e) = rm.member.flush() {
+                failed.push((rm.device, format!("flush: {e}")));
             }
         }
-        for dev in failed {
-            self.fail_device(dev, "flush failed");
+        for (dev, why) in failed {
+            self.fail_device(dev, &why);
         }
         self.check_alive()
     }
@@ -500,7 +510,7 @@ impl Array {
         if meta.devices.get(device).is_none_or(|d| d.state == DeviceState::Faulty) {
             return;
         }
-        let _ = why;
+        meta.devices[device].failure = Some(why.to_string());
         self.mark_faulty_locked(&mut meta, device);
         if self.writable {
             let resync = if self.dirty.load(Ordering::Acquire) { 0 } else { self.resync_pos.load(Ordering::Acquire) };

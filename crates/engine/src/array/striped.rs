@@ -332,7 +332,7 @@ impl Array {
             per_role[role].push((sector, part));
             rest = tail;
         }
-        let ops: Vec<(usize, Box<dyn FnOnce() -> Option<usize> + Send + '_>)> = per_role
+        let ops: Vec<(usize, Box<dyn FnOnce() -> Option<(usize, String)> + Send + '_>)> = per_role
             .into_iter()
             .enumerate()
             .filter(|(_, parts)| !parts.is_empty())
@@ -340,7 +340,7 @@ impl Array {
                 parts.sort_by_key(|(sector, _)| *sector);
                 let bytes: usize = parts.iter().map(|(_, b)| b.len()).sum();
                 let rm = io.read[role].clone();
-                let f: Box<dyn FnOnce() -> Option<usize> + Send> = Box::new(move || {
+                let f: Box<dyn FnOnce() -> Option<(usize, String)> + Send> = Box::new(move || {
                     let rm = rm?;
                     // Runs of member-contiguous pieces become one request each.
                     let mut i = 0;
@@ -353,8 +353,8 @@ impl Array {
                             j += 1;
                         }
                         let mut bufs: Vec<&mut [u8]> = parts[i..j].iter_mut().map(|(_, b)| &mut **b).collect();
-                        if rm.member.read_vectored_at(&mut bufs, rm.data_offset + start * SECTOR_BYTES).is_err() {
-                            return Some(rm.device);
+                        if let Err(e) = rm.member.read_vectored_at(&mut bufs, rm.data_offset + start * SECTOR_BYTES) {
+                            return Some((rm.device, format!("read: {e}")));
                         }
                         i = j;
                     }
@@ -363,9 +363,9 @@ impl Array {
                 (bytes, f)
             })
             .collect();
-        let failed: Vec<usize> = crate::parallel::run_all(ops).into_iter().flatten().collect();
-        for device in &failed {
-            self.fail_device(*device, "read failed");
+        let failed: Vec<(usize, String)> = crate::parallel::run_all(ops).into_iter().flatten().collect();
+        for (device, why) in &failed {
+            self.fail_device(*device, why);
         }
         failed.is_empty()
     }
