@@ -11,3 +11,4 @@ pub mod report;
 pub mod stats;
 pub mod suite;
 pub mod target;
+pub mod uring;

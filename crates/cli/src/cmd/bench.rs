@@ -43,6 +43,43 @@ enum Workload {
     Parity(ParityArgs),
     /// The same fio jobs in-process, through NBD, through the FUSE file and on a plain file.
     Exports(ExportsArgs),
+    /// Member I/O of one request: rayon pool (the engine's) vs serial vs io_uring, on tmpfs,
+    /// O_DIRECT files and loop devices (docs/BENCH.md, "io_uring: where it pays off").
+    Uring(UringArgs),
+}
+
+#[derive(Args, Clone)]
+struct UringArgs {
+    /// Storage settings: tmpfs (buffered), direct (O_DIRECT files), loop (loop devices, root).
+    #[arg(long, value_delimiter = ',', default_values_t = ["tmpfs".to_string(), "direct".into(), "loop".into()])]
+    storage: Vec<String>,
+    /// Folder on tmpfs for the tmpfs setting.
+    #[arg(long, default_value = "/dev/shm")]
+    shm_dir: std::path::PathBuf,
+    /// Folder on a disk filesystem for the direct and loop settings (default: the temp dir).
+    #[arg(long)]
+    direct_dir: Option<std::path::PathBuf>,
+    /// Member counts (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = [4usize, 8])]
+    members: Vec<usize>,
+    /// Chunk sizes: the bytes each request moves per member.
+    #[arg(long, value_delimiter = ',', default_values_t = ["4K".to_string(), "64K".into(), "512K".into()])]
+    chunks: Vec<String>,
+    /// Size of each member file.
+    #[arg(long, default_value = "256M")]
+    size: String,
+    /// Milliseconds per executor and point (split over two interleaved rounds).
+    #[arg(long, default_value_t = 100)]
+    time_ms: u64,
+    /// Requests in flight for uring-qd and pool-qd.
+    #[arg(long, default_value_t = 4)]
+    depth: usize,
+    /// Print the tables as Markdown.
+    #[arg(long)]
+    markdown: bool,
+    /// Print one JSON document and nothing else on stdout.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Clone)]
@@ -217,6 +254,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
         Some(Workload::Parity(p)) => run_parity(p),
         Some(Workload::Array(a)) => run_array(a),
         Some(Workload::Exports(a)) => run_exports(a),
+        Some(Workload::Uring(a)) => run_uring(a),
         Some(Workload::Compare(c)) => run_compare(c),
         Some(Workload::All(s)) => run_suite(s, &W::ALL),
         Some(Workload::Seq(s)) => run_suite(s, &[W::Seq]),
@@ -385,6 +423,33 @@ fn run_exports(a: ExportsArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&records)?);
     } else {
         print!("{}", uraid_bench::exports::render(&records, &uraid_bench::exports::describe(tmp.path())));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_uring(a: UringArgs) -> Result<ExitCode> {
+    use uraid_bench::uring;
+    let cfg = uring::UringBenchConfig {
+        storages: a.storage.iter().map(|s| uring::Storage::parse(s)).collect::<Result<_, _>>().map_err(|e| anyhow::anyhow!(e))?,
+        shm_dir: a.shm_dir,
+        direct_dir: a.direct_dir.unwrap_or_else(std::env::temp_dir),
+        members: a.members,
+        chunks: sizes(&a.chunks)?.into_iter().map(usize::try_from).collect::<Result<_, _>>()?,
+        file_bytes: crate::util::parse_size(&a.size)?,
+        time: Duration::from_millis(a.time_ms),
+        depth: a.depth,
+        ..Default::default()
+    };
+    let status = StatusLine::new("bench uring", a.json);
+    let report = uring::run(&cfg, &mut |line| status.show(line)).map_err(|e| anyhow::anyhow!(e))?;
+    status.done();
+    if let Some(why) = report.uring_unavailable.as_ref().filter(|_| !a.json) {
+        eprintln!("{why}");
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", uring::render(&report, a.markdown));
     }
     Ok(ExitCode::SUCCESS)
 }
