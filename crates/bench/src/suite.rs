@@ -111,7 +111,7 @@ impl SuiteConfig {
             mixed_append_interval: Duration::from_millis(100),
             tp_bytes_per_job: 32 << 20,
             tp_record: 64 << 10,
-            rebuild_step_sectors: 2048,
+            rebuild_step_sectors: 8192,
         }
     }
 
