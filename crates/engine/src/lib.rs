@@ -1,5 +1,8 @@
 //! The md array in user space. Members sit behind the [`member::Member`] trait so the same
 //! engine runs over files, block devices and simulated disks.
+//!
+//! The only `unsafe` is io_uring submission in `uring.rs` (buffers handed to the kernel).
+#![deny(unsafe_code)]
 
 pub mod array;
 pub mod create;
@@ -8,6 +11,9 @@ pub mod member;
 mod parallel;
 pub mod scan;
 pub mod stripe_cache;
+#[allow(unsafe_code)]
+mod uring;
 
 pub use array::{Array, ArrayOptions, AssemblyReport, DeviceInfo, DeviceState, EngineError};
 pub use member::{FileMember, IoMode, MemMember, Member};
+pub use uring::unavailable as io_uring_unavailable;

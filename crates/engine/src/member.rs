@@ -4,6 +4,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, IoSlice, IoSliceMut};
 use std::ops::Range;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,6 +47,45 @@ pub trait Member: Send + Sync {
     /// zeros; backends that can free the space instead (files: punch a hole) override it.
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
         write_zeros(self, offset, len)
+    }
+    /// The member's `O_DIRECT` descriptor, when it has one, so the engine may run a request's
+    /// member operations on it through io_uring (`crate::uring`) instead of calling
+    /// [`Member::read_vectored_at`]/[`Member::write_vectored_at`] on the I/O pool. Only
+    /// [`FileMember`] in direct mode has one; every other backend keeps the default `None`
+    /// and the pool. (The engine still goes through the methods above for any request the
+    /// descriptor cannot take: unaligned offset or length, out of range, a read-only member.)
+    fn direct_io(&self) -> Option<DirectIo<'_>> {
+        None
+    }
+}
+
+/// A member's `O_DIRECT` descriptor and what requests on it must respect (see
+/// [`Member::direct_io`]). Built by [`FileMember`] only; the engine's io_uring executor
+/// counts what it does with it in the member's [`IoStats`].
+pub struct DirectIo<'a> {
+    pub(crate) fd: BorrowedFd<'a>,
+    /// File offsets and lengths must be multiples of this.
+    pub(crate) offset_align: usize,
+    /// Buffer addresses (and each iovec's length, via `offset_align`) must be multiples of this.
+    pub(crate) mem_align: usize,
+    /// The descriptor was opened for writing.
+    pub(crate) writable: bool,
+    counters: &'a Counters,
+}
+
+impl DirectIo<'_> {
+    /// May `b` be handed to the kernel as it is? (The rule of [`FileMember`]'s own path.)
+    pub(crate) fn fits(&self, b: &[u8]) -> bool {
+        buffer_fits(b, self.offset_align, self.mem_align)
+    }
+    /// Alignment of a bounce buffer for this descriptor.
+    pub(crate) fn bounce_align(&self) -> usize {
+        self.offset_align.max(self.mem_align)
+    }
+    /// Counts one request run through io_uring, straight or through a bounce buffer.
+    pub(crate) fn count_ring_op(&self, bounced: bool) {
+        bump(if bounced { &self.counters.bounced } else { &self.counters.direct });
+        bump(&self.counters.uring);
     }
 }
 
@@ -127,6 +167,22 @@ pub struct IoStats {
     /// buffered. Should stay 0; a non-zero count means the alignment reported for the device
     /// is wrong.
     pub einval_fallbacks: u64,
+    /// Of `direct + bounced`, the requests the engine ran through io_uring (a request's
+    /// member operations submitted together, `crate::uring`) rather than pread/pwrite.
+    pub uring: u64,
+}
+
+impl std::iter::Sum for IoStats {
+    /// Totals over several members.
+    fn sum<I: Iterator<Item = IoStats>>(iter: I) -> IoStats {
+        iter.fold(IoStats::default(), |t, s| IoStats {
+            direct: t.direct + s.direct,
+            bounced: t.bounced + s.bounced,
+            buffered: t.buffered + s.buffered,
+            einval_fallbacks: t.einval_fallbacks + s.einval_fallbacks,
+            uring: t.uring + s.uring,
+        })
+    }
 }
 
 #[derive(Default)]
@@ -135,10 +191,17 @@ struct Counters {
     bounced: AtomicU64,
     buffered: AtomicU64,
     einval_fallbacks: AtomicU64,
+    uring: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// May `b` be handed to the kernel for direct I/O as it is? (Empty slices are skipped by the
+/// kernel.)
+fn buffer_fits(b: &[u8], offset_align: usize, mem_align: usize) -> bool {
+    b.is_empty() || ((b.as_ptr() as usize).is_multiple_of(mem_align) && b.len().is_multiple_of(offset_align))
 }
 
 /// The `O_DIRECT` descriptor of a member and the alignment its device demands.
@@ -153,7 +216,7 @@ struct DirectFd {
 impl DirectFd {
     /// May `b` be handed to the kernel as it is? (Empty slices are skipped by the kernel.)
     fn fits(&self, b: &[u8]) -> bool {
-        b.is_empty() || ((b.as_ptr() as usize).is_multiple_of(self.mem_align) && b.len().is_multiple_of(self.offset_align))
+        buffer_fits(b, self.offset_align, self.mem_align)
     }
     fn bounce_align(&self) -> usize {
         self.offset_align.max(self.mem_align)
@@ -274,6 +337,7 @@ impl FileMember {
             bounced: c.bounced.load(Ordering::Relaxed),
             buffered: c.buffered.load(Ordering::Relaxed),
             einval_fallbacks: c.einval_fallbacks.load(Ordering::Relaxed),
+            uring: c.uring.load(Ordering::Relaxed),
         }
     }
 
@@ -402,11 +466,11 @@ pub const BOUNCE_BYTES: usize = 1 << 20;
 const BOUNCE_POOL_MAX: usize = 8;
 static BOUNCE_POOL: Mutex<Vec<AlignedBuf>> = Mutex::new(Vec::new());
 
-/// An aligned buffer from the pool, returned to it on drop.
-struct Bounce(Option<AlignedBuf>);
+/// An aligned buffer from the pool (at least [`BOUNCE_BYTES`] long), returned to it on drop.
+pub(crate) struct Bounce(Option<AlignedBuf>);
 
 impl Bounce {
-    fn take(align: usize) -> Bounce {
+    pub(crate) fn take(align: usize) -> Bounce {
         let len = BOUNCE_BYTES.max(align);
         let mut pool = BOUNCE_POOL.lock().unwrap_or_else(|e| e.into_inner());
         let buf = match pool.iter().position(|b| b.align() >= align && b.len() >= len) {
@@ -418,7 +482,7 @@ impl Bounce {
         };
         Bounce(Some(buf))
     }
-    fn buf(&mut self) -> &mut AlignedBuf {
+    pub(crate) fn buf(&mut self) -> &mut AlignedBuf {
         self.0.as_mut().expect("bounce buffer present until drop")
     }
 }
@@ -502,7 +566,7 @@ fn bounce_write(d: &DirectFd, bufs: &[&[u8]], offset: u64, label: &str) -> io::R
 }
 
 /// At most this many iovecs per preadv/pwritev call (Linux's UIO_MAXIOV).
-const IOV_MAX: usize = 1024;
+pub(crate) const IOV_MAX: usize = 1024;
 
 /// Runs `io` (one preadv or pwritev at an offset) over `slices` in groups of at most
 /// IOV_MAX, resuming after short transfers; `advance` is `advance_slices` of the slice type,
@@ -561,6 +625,15 @@ impl Member for FileMember {
     }
     fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
         self.write_bufs(bufs, offset)
+    }
+    fn direct_io(&self) -> Option<DirectIo<'_>> {
+        self.direct.as_ref().map(|d| DirectIo {
+            fd: d.file.as_fd(),
+            offset_align: d.offset_align,
+            mem_align: d.mem_align,
+            writable: self.writable,
+            counters: &self.counters,
+        })
     }
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
         self.check_writable()?;

@@ -2,10 +2,21 @@
 //! ~20 µs, more than a 64 KiB copy): one task per member operation when the request is large
 //! enough, in line otherwise. The pool has more threads than cores on purpose: member I/O
 //! blocks on devices, not on the CPU.
+//!
+//! [`run_member_io`] takes a request's member operations as data instead of closures, so
+//! that on `O_DIRECT` members they can go to io_uring ([`crate::uring`]): measured in
+//! docs/BENCH.md ("io_uring: where it pays off"), one ring per calling thread with one
+//! `submit_and_wait` beats the pool there, while on buffered members (memory copies) the pool
+//! and the in-line path win.
 
+use crate::member::Member;
+use std::io;
 use std::sync::OnceLock;
 
-/// Below this many bytes in total, operations run one after another.
+/// Below this many bytes in total, operations run one after another — on buffered members.
+/// The threshold was set on tmpfs, where in line is 3.5× the pool for small requests; on
+/// `O_DIRECT` members in line is 0.72× the pool (one device round trip after another), so
+/// [`run_member_io`] ignores it when every member is direct.
 const PARALLEL_MIN_BYTES: usize = 128 * 1024;
 /// Threads for member I/O: enough for one request to keep many members busy.
 const IO_THREADS: usize = 8;
@@ -16,10 +27,19 @@ fn pool() -> Option<&'static rayon::ThreadPool> {
         .as_ref()
 }
 
+/// A batch of operations: (bytes moved, operation).
+pub type Ops<'a, T> = Vec<(usize, Box<dyn FnOnce() -> T + Send + 'a>)>;
+
 /// Runs every operation, returning the results in order.
-pub fn run_all<T: Send>(ops: Vec<(usize, Box<dyn FnOnce() -> T + Send + '_>)>) -> Vec<T> {
+pub fn run_all<T: Send>(ops: Ops<'_, T>) -> Vec<T> {
+    run_all_above(ops, PARALLEL_MIN_BYTES)
+}
+
+/// [`run_all`], on the pool once the operations move `min_bytes` in total (and there are
+/// at least two of them).
+fn run_all_above<T: Send>(ops: Ops<'_, T>, min_bytes: usize) -> Vec<T> {
     let total: usize = ops.iter().map(|(bytes, _)| *bytes).sum();
-    let Some(pool) = pool().filter(|_| ops.len() >= 2 && total >= PARALLEL_MIN_BYTES) else {
+    let Some(pool) = pool().filter(|_| ops.len() >= 2 && total >= min_bytes) else {
         return run_in_line(ops);
     };
     let mut results: Vec<Option<T>> = (0..ops.len()).map(|_| None).collect();
@@ -33,6 +53,82 @@ pub fn run_all<T: Send>(ops: Vec<(usize, Box<dyn FnOnce() -> T + Send + '_>)>) -
 }
 
 /// Runs every operation on the calling thread, in order (the same shape as [`run_all`]).
-pub fn run_in_line<T: Send>(ops: Vec<(usize, Box<dyn FnOnce() -> T + Send + '_>)>) -> Vec<T> {
+pub fn run_in_line<T: Send>(ops: Ops<'_, T>) -> Vec<T> {
     ops.into_iter().map(|(_, op)| op()).collect()
+}
+
+/// The buffers of one member request.
+pub(crate) enum Bufs<'a> {
+    /// Filled one after another from the offset.
+    Read(Vec<&'a mut [u8]>),
+    /// Written one after another from the offset.
+    Write(Vec<&'a [u8]>),
+}
+
+impl Bufs<'_> {
+    pub(crate) fn bytes(&self) -> usize {
+        match self {
+            Bufs::Read(b) => b.iter().map(|b| b.len()).sum(),
+            Bufs::Write(b) => b.iter().map(|b| b.len()).sum(),
+        }
+    }
+    pub(crate) fn count(&self) -> usize {
+        match self {
+            Bufs::Read(b) => b.len(),
+            Bufs::Write(b) => b.len(),
+        }
+    }
+}
+
+/// One request on a member: a vectored read or write at a byte offset.
+pub(crate) struct Run<'a> {
+    pub offset: u64,
+    pub bufs: Bufs<'a>,
+}
+
+impl Run<'_> {
+    /// Through the member's own path ([`Member::read_vectored_at`] / `write_vectored_at`).
+    pub(crate) fn run_on(&mut self, member: &dyn Member) -> io::Result<()> {
+        match &mut self.bufs {
+            Bufs::Read(b) => member.read_vectored_at(b, self.offset),
+            Bufs::Write(b) => member.write_vectored_at(b, self.offset),
+        }
+    }
+}
+
+/// A request's operations on one member, run one after another (disjoint ranges).
+pub(crate) struct MemberIo<'a> {
+    pub member: &'a dyn Member,
+    pub runs: Vec<Run<'a>>,
+}
+
+/// Runs a request's member operations, returning per member (in order) its first error.
+///
+/// - Every member has an `O_DIRECT` descriptor ([`Member::direct_io`]) and io_uring works
+///   on this thread: all aligned runs are submitted together on the thread's ring and
+///   waited for ([`crate::uring::run`]); the others run through the member's path afterwards.
+/// - Every member direct, no ring: the pool, whatever the size (in line is slower there).
+/// - Otherwise: [`run_all`], as before (pool from 128 KiB, else in line).
+///
+/// A member whose run fails has its remaining runs skipped (they may have been issued
+/// already on the ring); the caller fails that member, as with the closures before.
+pub(crate) fn run_member_io(batch: Vec<MemberIo<'_>>) -> Vec<io::Result<()>> {
+    let direct = !batch.is_empty() && batch.iter().all(|m| m.member.direct_io().is_some());
+    let batch = if direct {
+        match crate::uring::run(batch) {
+            Ok(results) => return results,
+            Err(batch) => batch,
+        }
+    } else {
+        batch
+    };
+    let ops: Ops<'_, io::Result<()>> = batch
+        .into_iter()
+        .map(|MemberIo { member, mut runs }| {
+            let bytes = runs.iter().map(|r| r.bufs.bytes()).sum();
+            let f: Box<dyn FnOnce() -> io::Result<()> + Send> = Box::new(move || runs.iter_mut().try_for_each(|r| r.run_on(member)));
+            (bytes, f)
+        })
+        .collect();
+    run_all_above(ops, if direct { 0 } else { PARALLEL_MIN_BYTES })
 }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{read_all, random_writes, write_created, Rng, Shape};
+use common::{random_writes, read_all, sector_writes, write_created, Rng, Shape};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use uraid_core::geometry::Level;
@@ -213,17 +213,6 @@ fn assemble(members: &[Arc<FileMember>], run: bool) -> Array {
     Array::assemble(d, &opts).map(|(a, _)| a).unwrap_or_else(|e| panic!("assemble: {e}"))
 }
 
-/// Sector-sized writes at random sectors (not aligned to 4 KiB), checked later via the model.
-fn sector_writes(a: &Array, model: &mut [u8], rng: &mut Rng, count: usize) {
-    for _ in 0..count {
-        let len = 512 * (1 + rng.below(3)) as usize;
-        let off = 512 * rng.below((model.len() - len) as u64 / 512) as usize;
-        let data = rng.bytes(len);
-        a.write(off as u64, &data).unwrap();
-        model[off..off + len].copy_from_slice(&data);
-    }
-}
-
 #[test]
 fn raid5_over_direct_members_reads_back_healthy_degraded_and_reassembled() {
     let dir = tempfile::tempdir_in("/tmp").unwrap();
@@ -243,7 +232,7 @@ fn raid5_over_direct_members_reads_back_healthy_degraded_and_reassembled() {
     let mut model = vec![0u8; a.size_bytes() as usize];
     let mut rng = Rng::new(0x5EC7);
     random_writes(&a, &mut model, &mut rng, 40);
-    sector_writes(&a, &mut model, &mut rng, 40);
+    sector_writes(&a, &mut model, &mut rng, 40, 3);
     assert!(read_all(&a) == model, "healthy read");
     for _ in 0..50 {
         let len = 1 + rng.below(100_000) as usize;
@@ -255,16 +244,11 @@ fn raid5_over_direct_members_reads_back_healthy_degraded_and_reassembled() {
     a.fail_role(2).unwrap();
     assert!(read_all(&a) == model, "degraded read");
     random_writes(&a, &mut model, &mut rng, 30);
-    sector_writes(&a, &mut model, &mut rng, 30);
+    sector_writes(&a, &mut model, &mut rng, 30, 3);
     assert!(read_all(&a) == model, "degraded write");
     a.close().unwrap();
     drop(a);
-    let total = members.iter().map(|m| m.io_stats()).fold(IoStats::default(), |t, s| IoStats {
-        direct: t.direct + s.direct,
-        bounced: t.bounced + s.bounced,
-        buffered: t.buffered + s.buffered,
-        einval_fallbacks: t.einval_fallbacks + s.einval_fallbacks,
-    });
+    let total: IoStats = members.iter().map(|m| m.io_stats()).sum();
     eprintln!("member I/O paths: {total:?}");
     assert!(total.direct + total.bounced > 0 && total.einval_fallbacks == 0, "{total:?}");
     drop(members);

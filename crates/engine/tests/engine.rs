@@ -29,16 +29,6 @@ fn all_shapes() -> Vec<Shape> {
     v
 }
 
-fn check_clean(a: &Array) -> CheckReport {
-    let mut report = CheckReport::default();
-    let mut pos = 0;
-    while pos < a.sync_sectors() {
-        let p = a.check_step(pos, 1 << 20, false, &mut report).expect("check");
-        pos = p.done_sectors;
-    }
-    report
-}
-
 #[test]
 fn every_level_and_layout_reads_back_what_was_written_and_stays_consistent() {
     for shape in all_shapes() {

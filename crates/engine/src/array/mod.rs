@@ -17,6 +17,7 @@ pub use jobs::{CheckReport, JobKind, JobProgress};
 
 use crate::locks::StripeLocks;
 use crate::member::Member;
+use crate::parallel::{Bufs, MemberIo, Run};
 use crate::scan::probe;
 use crate::stripe_cache::{StripeCache, DEFAULT_STRIPE_CACHE_PAGES};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -852,20 +853,19 @@ impl Array {
     /// write fails; succeeds while at least one copy was written.
     fn write_copies(&self, targets: &[MemberSector], data: &[u8], array_sector: u64) -> Result<(), EngineError> {
         let io = self.io_map();
-        let ops: Vec<(usize, Box<dyn FnOnce() -> (usize, std::io::Result<()>) + Send + '_>)> = targets
+        let (devices, batch): (Vec<usize>, Vec<MemberIo>) = targets
             .iter()
-            .filter_map(|ms| io.write.get(ms.role).cloned().flatten().map(|rm| (rm, ms.sector)))
+            .filter_map(|ms| io.write.get(ms.role).and_then(|w| w.as_ref()).map(|rm| (rm, ms.sector)))
             .map(|(rm, sector)| {
-                let f: Box<dyn FnOnce() -> (usize, std::io::Result<()>) + Send> =
-                    Box::new(move || (rm.device, rm.member.write_at(data, rm.data_offset + sector * SECTOR_BYTES)));
-                (data.len(), f)
+                let run = Run { offset: rm.data_offset + sector * SECTOR_BYTES, bufs: Bufs::Write(vec![data]) };
+                (rm.device, MemberIo { member: &*rm.member, runs: vec![run] })
             })
-            .collect();
-        if ops.is_empty() {
+            .unzip();
+        if batch.is_empty() {
             return Err(EngineError::Failed(format!("no member holds array sector {array_sector}")));
         }
         let mut written = 0;
-        for (device, result) in crate::parallel::run_all(ops) {
+        for (device, result) in devices.into_iter().zip(crate::parallel::run_member_io(batch)) {
             match result {
                 Ok(()) => written += 1,
                 Err(e) => self.fail_device(device, &e.to_string()),

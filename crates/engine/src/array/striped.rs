@@ -15,6 +15,7 @@
 //! others still receive a consistent stripe.
 
 use super::{Array, EngineError, IoMap};
+use crate::parallel::{Bufs, MemberIo, Run};
 use uraid_core::geometry::{Location, MemberSector, Piece, Placement, StripeRoles, SECTOR_BYTES};
 use uraid_parity::Block;
 
@@ -332,42 +333,34 @@ impl Array {
             per_role[role].push((sector, part));
             rest = tail;
         }
-        let ops: Vec<(usize, Box<dyn FnOnce() -> Option<(usize, String)> + Send + '_>)> = per_role
-            .into_iter()
-            .enumerate()
-            .filter(|(_, parts)| !parts.is_empty())
-            .map(|(role, mut parts)| {
-                parts.sort_by_key(|(sector, _)| *sector);
-                let bytes: usize = parts.iter().map(|(_, b)| b.len()).sum();
-                let rm = io.read[role].clone();
-                let f: Box<dyn FnOnce() -> Option<(usize, String)> + Send> = Box::new(move || {
-                    let rm = rm?;
-                    // Runs of member-contiguous pieces become one request each.
-                    let mut i = 0;
-                    while i < parts.len() {
-                        let start = parts[i].0;
-                        let mut end = start;
-                        let mut j = i;
-                        while j < parts.len() && parts[j].0 == end {
-                            end += parts[j].1.len() as u64 / SECTOR_BYTES;
-                            j += 1;
-                        }
-                        let mut bufs: Vec<&mut [u8]> = parts[i..j].iter_mut().map(|(_, b)| &mut **b).collect();
-                        if let Err(e) = rm.member.read_vectored_at(&mut bufs, rm.data_offset + start * SECTOR_BYTES) {
-                            return Some((rm.device, format!("read: {e}")));
-                        }
-                        i = j;
-                    }
-                    None
-                });
-                (bytes, f)
-            })
-            .collect();
-        let failed: Vec<(usize, String)> = crate::parallel::run_all(ops).into_iter().flatten().collect();
-        for (device, why) in &failed {
-            self.fail_device(*device, why);
+        // One batch entry per present member, its runs of member-contiguous pieces one
+        // request each; the batch runs on io_uring, the pool or in line (parallel.rs).
+        let mut devices = Vec::new();
+        let mut batch = Vec::new();
+        for (role, mut parts) in per_role.into_iter().enumerate() {
+            let Some(rm) = io.read[role].as_ref().filter(|_| !parts.is_empty()) else { continue };
+            parts.sort_by_key(|(sector, _)| *sector);
+            let mut runs: Vec<Run> = Vec::new();
+            let mut end = u64::MAX;
+            for (sector, part) in parts {
+                let sectors = part.len() as u64 / SECTOR_BYTES;
+                match runs.last_mut() {
+                    Some(Run { bufs: Bufs::Read(bufs), .. }) if sector == end => bufs.push(part),
+                    _ => runs.push(Run { offset: rm.data_offset + sector * SECTOR_BYTES, bufs: Bufs::Read(vec![part]) }),
+                }
+                end = sector + sectors;
+            }
+            devices.push(rm.device);
+            batch.push(MemberIo { member: &*rm.member, runs });
         }
-        failed.is_empty()
+        let mut ok = true;
+        for (device, result) in devices.into_iter().zip(crate::parallel::run_member_io(batch)) {
+            if let Err(e) = result {
+                self.fail_device(device, &format!("read: {e}"));
+                ok = false;
+            }
+        }
+        ok
     }
 
     pub(super) fn recycle_window(&self, win: Window) {
@@ -612,36 +605,24 @@ impl Array {
     fn write_batched(&self, mut outs: Outs) {
         outs.sort_by_key(|(role, sector, _)| (*role, *sector));
         let io = self.io_map();
-        let mut per_role: Vec<(super::RoleMember, Vec<(u64, Vec<&[u8]>)>)> = Vec::new();
+        let mut devices: Vec<usize> = Vec::new();
+        let mut batch: Vec<MemberIo> = Vec::new();
         for (role, sector, bytes) in &outs {
-            let Some(rm) = io.write.get(*role).cloned().flatten() else { continue };
-            let slice = bytes.as_slice();
-            match per_role.last_mut() {
-                Some((last, runs)) if last.device == rm.device => match runs.last_mut() {
-                    Some((start, parts)) if *start + parts.iter().map(|p| p.len() as u64 / SECTOR_BYTES).sum::<u64>() == *sector => {
-                        parts.push(slice)
-                    }
-                    _ => runs.push((*sector, vec![slice])),
-                },
-                _ => per_role.push((rm, vec![(*sector, vec![slice])])),
+            let Some(rm) = io.write.get(*role).and_then(|w| w.as_ref()) else { continue };
+            if devices.last() != Some(&rm.device) {
+                devices.push(rm.device);
+                batch.push(MemberIo { member: &*rm.member, runs: Vec::new() });
+            }
+            let Some(MemberIo { runs, .. }) = batch.last_mut() else { unreachable!("pushed above") };
+            let (offset, slice) = (rm.data_offset + sector * SECTOR_BYTES, bytes.as_slice());
+            match runs.last_mut() {
+                Some(Run { offset: start, bufs: Bufs::Write(parts) }) if *start + parts.iter().map(|p| p.len() as u64).sum::<u64>() == offset => {
+                    parts.push(slice)
+                }
+                _ => runs.push(Run { offset, bufs: Bufs::Write(vec![slice]) }),
             }
         }
-        let ops: Vec<(usize, Box<dyn FnOnce() -> (usize, std::io::Result<()>) + Send + '_>)> = per_role
-            .into_iter()
-            .map(|(rm, runs)| {
-                let bytes: usize = runs.iter().flat_map(|(_, p)| p.iter()).map(|p| p.len()).sum();
-                let f: Box<dyn FnOnce() -> (usize, std::io::Result<()>) + Send> = Box::new(move || {
-                    for (sector, parts) in &runs {
-                        if let Err(e) = rm.member.write_vectored_at(parts, rm.data_offset + sector * SECTOR_BYTES) {
-                            return (rm.device, Err(e));
-                        }
-                    }
-                    (rm.device, Ok(()))
-                });
-                (bytes, f)
-            })
-            .collect();
-        for (device, result) in crate::parallel::run_all(ops) {
+        for (device, result) in devices.into_iter().zip(crate::parallel::run_member_io(batch)) {
             if let Err(e) = result {
                 self.fail_device(device, &e.to_string());
             }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use uraid_core::geometry::Level;
 use uraid_core::metadata::create::{plan_create, CreateRequest, InitialSync, NewDevice};
 use uraid_core::metadata::sb1::MdTime;
+use uraid_engine::array::CheckReport;
 use uraid_engine::create::write_plan;
 use uraid_engine::{Array, ArrayOptions, MemMember, Member};
 
@@ -113,4 +114,26 @@ pub fn random_writes(a: &Array, model: &mut [u8], rng: &mut Rng, count: usize) {
         a.write(off, &data).unwrap_or_else(|e| panic!("write {len}@{off}: {e}"));
         model[off as usize..(off + len) as usize].copy_from_slice(&data);
     }
+}
+
+/// Writes of 1..=`max_sectors` whole sectors at random sectors (not aligned to 4 KiB),
+/// mirrored in the model.
+pub fn sector_writes(a: &Array, model: &mut [u8], rng: &mut Rng, count: usize, max_sectors: u64) {
+    for _ in 0..count {
+        let len = 512 * (1 + rng.below(max_sectors)) as usize;
+        let off = 512 * rng.below((model.len() - len) as u64 / 512) as usize;
+        let data = rng.bytes(len);
+        a.write(off as u64, &data).unwrap_or_else(|e| panic!("write {len}@{off}: {e}"));
+        model[off..off + len].copy_from_slice(&data);
+    }
+}
+
+/// Checks the whole array's redundancy without repairing it.
+pub fn check_clean(a: &Array) -> CheckReport {
+    let mut report = CheckReport::default();
+    let mut pos = 0;
+    while pos < a.sync_sectors() {
+        pos = a.check_step(pos, 1 << 20, false, &mut report).expect("check").done_sectors;
+    }
+    report
 }
