@@ -39,7 +39,7 @@ enum Command {
     Remove(cmd::ctl::DeviceArgs),
     /// Add a device as a spare; it is rebuilt at once if a member is missing.
     Add(cmd::ctl::DeviceArgs),
-    /// Replace a member by a new device (rebuilt from the others).
+    /// Replace an in-sync member by a new device while it keeps serving (md's hot replace).
     Replace(cmd::ctl::ReplaceArgs),
     /// Scrub: count mismatches (RAID6: name the member at fault).
     Check(cmd::ctl::CheckArgs),

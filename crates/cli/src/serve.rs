@@ -158,6 +158,7 @@ impl Served {
                 let (state, role, rec) = match d.state {
                     DeviceState::InSync(r) => ("in_sync", Some(r), None),
                     DeviceState::Recovering { role, done } => ("recovering", Some(role), Some(done)),
+                    DeviceState::Replacing { role, done } => ("replacing", Some(role), Some(done)),
                     DeviceState::Spare => ("spare", None, None),
                     DeviceState::Faulty => ("faulty", None, None),
                 };
@@ -228,12 +229,9 @@ impl Served {
                     a.add_device(m, random_uuid())?;
                 }
                 Request::Replace { device, with } => {
-                    // Add the new device as a spare, then fail the old one: the spare takes
-                    // its role and is rebuilt (md's hot replace, which keeps the old member
-                    // serving during the copy, is not implemented yet).
+                    // md's hot replace: the old member keeps serving while it is copied.
                     let m: Arc<dyn Member> = Arc::new(FileMember::open_with(std::path::Path::new(&with), true, self.args.io.mode())?);
-                    a.add_device(m, random_uuid())?;
-                    a.fail_device_by_label(&device)?;
+                    a.replace_device(&device, m, random_uuid())?;
                 }
                 Request::Check { repair } => {
                     let mut job = self.job.lock().unwrap_or_else(|e| e.into_inner());

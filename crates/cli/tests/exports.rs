@@ -268,7 +268,7 @@ fn fully_synced(d: &Value) -> bool {
     let raid_disks = d["raid_disks"].as_u64().unwrap_or(0) as usize;
     let devs = d["devices"].as_array().cloned().unwrap_or_default();
     let in_sync = devs.iter().filter(|x| x["state"] == "in_sync").count();
-    let recovering = devs.iter().any(|x| x["state"] == "recovering");
+    let recovering = devs.iter().any(|x| x["state"] == "recovering" || x["state"] == "replacing");
     d["job"].is_null()
         && d["missing_roles"].as_array().is_some_and(|m| m.is_empty())
         && in_sync == raid_disks
@@ -632,6 +632,9 @@ enum Action {
     Fail(usize),
     /// Add spare number i.
     Add(usize),
+    /// Hot-replace member number i by spare number j (`uraid replace`): the member keeps
+    /// serving while it is copied.
+    Replace(usize, usize),
 }
 
 struct FailureCase {
@@ -723,6 +726,13 @@ fn fuse_failure_and_rebuild(case: &FailureCase) {
                 assert_eq!(failure, Some(Value::from("failed by request")), "detail names why: {d}");
                 println!("{}: failed {} after {done} files", case.name, names[i]);
             }
+            Action::Replace(i, j) => {
+                env.uraid(&["replace", case.name, p(&members[i]), "--with", p(&spares[j]), "--no-wait"]);
+                let d = env.detail(case.name);
+                assert_eq!(device_state(&d, &members[i]), "in_sync", "replaced member serves during the copy: {d}");
+                assert!(d["missing_roles"].as_array().is_none_or(|m| m.is_empty()), "replace degraded the array: {d}");
+                println!("{}: replacing {} by spare{j} after {done} files", case.name, names[i]);
+            }
             Action::Add(i) => {
                 env.uraid(&["add", case.name, p(&spares[i])]);
                 println!("{}: added spare{i} after {done} files", case.name);
@@ -741,6 +751,13 @@ fn fuse_failure_and_rebuild(case: &FailureCase) {
     let d = env.wait_for(case.name, "rebuild onto the spares", Duration::from_secs(15), &mut serve, fully_synced);
     for s in &spares {
         assert_eq!(device_state(&d, s), "in_sync", "spare {} after the rebuild: {d}", s.display());
+    }
+    for (_, action) in case.schedule {
+        if let Action::Replace(i, _) = action {
+            assert_eq!(device_state(&d, &members[*i]), "faulty", "replaced member after the copy: {d}");
+            let why = d["devices"].as_array().and_then(|v| v.iter().find(|x| x["device"] == p(&members[*i]))).map(|x| x["failure"].clone());
+            assert!(why.as_ref().and_then(|w| w.as_str()).is_some_and(|w| w.starts_with("replaced by")), "why: {why:?}");
+        }
     }
     println!("{}: rebuilt at {:.1} s", case.name, t0.elapsed().as_secs_f64());
 
@@ -763,7 +780,10 @@ fn fuse_failure_and_rebuild(case: &FailureCase) {
     drop(fuse);
 
     let failed: Vec<usize> =
-        case.schedule.iter().filter_map(|(_, a)| if let Action::Fail(i) = a { Some(*i) } else { None }).collect();
+        case.schedule.iter().filter_map(|(_, a)| match a {
+            Action::Fail(i) | Action::Replace(i, _) => Some(*i),
+            Action::Add(_) => None,
+        }).collect();
     let mut now: Vec<&str> = (0..case.members).filter(|i| !failed.contains(i)).map(|i| p(&members[i])).collect();
     now.extend(spares.iter().map(|s| p(s)));
     // The stopped array from its current members alone (failed ones left out): the same
@@ -774,6 +794,20 @@ fn fuse_failure_and_rebuild(case: &FailureCase) {
     assert!(out.status.success(), "{}", describe("uraid", &args, &out));
     assert_eq!(sha256(&out.stdout), served_sum, "uraid read of the rebuilt members differs from the served image");
     println!("{}: {:.1} s", case.name, t0.elapsed().as_secs_f64());
+}
+
+#[test]
+fn fuse_loop_ext4_raid6_hot_replace_under_load() {
+    fuse_failure_and_rebuild(&FailureCase {
+        name: "r6replace",
+        level: "6",
+        members: 5,
+        member_size: "20M",
+        extra_create: &[],
+        spares: 1,
+        schedule: &[(10, Action::Replace(2, 0))],
+        write_after_ms: 700,
+    });
 }
 
 #[test]

@@ -379,3 +379,84 @@ fn concurrent_recovery_regions_with_foreground_writes_rebuild_every_role() {
 fn shape_disks(a: &Array) -> usize {
     a.geometry().raid_disks()
 }
+
+/// md's hot replace: the replaced member keeps serving while it is copied (writes go to
+/// both), then the new device takes its role and the old one is faulty. With a concurrent
+/// writer, and with the old member dying halfway (the replacement carries on as a rebuild).
+#[test]
+fn hot_replace_copies_while_serving_and_survives_the_old_member_dying() {
+    for (shape, victim) in [
+        (Shape::new(Level::Raid5, 4).layout(2), 1usize),
+        (Shape::new(Level::Raid6, 5).layout(17), 3),
+        (Shape::new(Level::Raid1, 2), 0),
+        (Shape::new(Level::Raid10, 4).layout(0x201), 2),
+    ] {
+        for old_dies in [false, true] {
+            let what = format!("{:?} {:?} replace role {victim}, old dies: {old_dies}", shape.level, shape.layout);
+            let made = make(&Shape { spares: 0, ..shape.clone() });
+            let a = open(&made.members, false);
+            let mut model = vec![0u8; a.size_bytes() as usize];
+            let mut rng = Rng::new(77 + victim as u64);
+            random_writes(&a, &mut model, &mut rng, 30);
+            let new = std::sync::Arc::new(uraid_engine::MemMember::zeroed("new", shape.member_bytes));
+            let old_label = format!("m{victim}");
+            a.replace_device(&old_label, new.clone(), [9; 16]).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert!(a.missing_roles().is_empty(), "{what}: replace must not degrade the array");
+            assert_eq!(a.pending_job(), Some(JobKind::Recovery), "{what}: no copy job");
+            a.recovery_step(64).unwrap();
+            let rebuilding = std::sync::atomic::AtomicBool::new(true);
+            std::thread::scope(|s| {
+                let writer = s.spawn(|| {
+                    while rebuilding.load(std::sync::atomic::Ordering::Acquire) {
+                        random_writes(&a, &mut model, &mut rng, 1);
+                    }
+                });
+                if old_dies {
+                    a.recovery_step(256).unwrap();
+                    a.fail_role(victim).unwrap();
+                    assert!(a.missing_roles().contains(&victim), "{what}: role still served after its member died");
+                }
+                run_recovery(&a);
+                rebuilding.store(false, std::sync::atomic::Ordering::Release);
+                writer.join().unwrap();
+            });
+            run_recovery(&a);
+            assert!(a.missing_roles().is_empty(), "{what}: role not served after the copy");
+            let devices = a.devices();
+            let new_state = devices.iter().find(|d| d.label == "new").map(|d| d.state);
+            assert_eq!(new_state, Some(uraid_engine::DeviceState::InSync(victim)), "{what}: {devices:?}");
+            let old = devices.iter().find(|d| d.label == old_label).expect("old device kept until removed");
+            assert_eq!(old.state, uraid_engine::DeviceState::Faulty, "{what}");
+            if !old_dies {
+                assert!(old.failure.as_deref().is_some_and(|f| f.contains("replaced by new")), "{what}: {:?}", old.failure);
+            }
+            assert!(read_all(&a) == model, "{what}: data differs after the replace");
+            assert_eq!(check_clean(&a).mismatch_sectors, 0, "{what}: redundancy inconsistent after the replace");
+            // The data must now come from the new member: lose another one.
+            let other = (0..made.members.len()).find(|&r| r != victim).unwrap();
+            a.fail_role(other).unwrap();
+            assert!(read_all(&a) == model, "{what}: the new member holds wrong data");
+            a.close().unwrap();
+        }
+    }
+}
+
+#[test]
+fn hot_replace_refuses_what_md_refuses() {
+    let made = make(&Shape::new(Level::Raid5, 4));
+    let a = open(&made.members, false);
+    let new = || std::sync::Arc::new(uraid_engine::MemMember::zeroed("new", 4 << 20)) as std::sync::Arc<dyn uraid_engine::Member>;
+    let err = a.replace_device("nope", new(), [9; 16]).unwrap_err().to_string();
+    assert!(err.contains("not part of the array"), "{err}");
+    a.fail_role(0).unwrap();
+    let err = a.replace_device("m1", new(), [9; 16]).unwrap_err().to_string();
+    assert!(err.contains("degraded"), "{err}");
+    let err = a.replace_device("m0", new(), [9; 16]).unwrap_err().to_string();
+    assert!(err.contains("only an in-sync member"), "{err}");
+    // Nothing was added by the refusals.
+    assert_eq!(a.devices().len(), 4);
+    let made0 = make(&Shape::new(Level::Raid0, 3));
+    let a0 = open(&made0.members, false);
+    let err = a0.replace_device("m1", new(), [9; 16]).unwrap_err().to_string();
+    assert!(err.contains("no redundancy"), "{err}");
+}

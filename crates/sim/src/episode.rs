@@ -204,6 +204,8 @@ pub struct Outcome {
     pub refusals: u64,
     pub faults: u64,
     pub rebuilds: u64,
+    /// Hot replaces started (`replace_device`).
+    pub replaces: u64,
     pub checks: u64,
 }
 
@@ -392,7 +394,8 @@ impl Sim {
             66..=72 => self.op_fault(),
             73..=77 => self.op_job_step(),
             78..=81 => self.op_rebuild(),
-            82..=84 => self.op_hot_add(),
+            82..=83 => self.op_hot_add(),
+            84 => self.op_replace(),
             85..=89 => self.op_check(),
             90..=92 => self.op_mark_clean(),
             93..=95 => self.restart(false),
@@ -623,6 +626,33 @@ impl Sim {
         let uuid = [0xA0 + i as u8; 16];
         self.arr().add_device(d as Arc<dyn Member>, uuid).map_err(|e| format!("add_device: {e}"))?;
         self.record_data_offset(i);
+        Ok(())
+    }
+
+    /// md's hot replace of a random in-sync member by a new disk, on a healthy array with no
+    /// rebuild running (what `replace_device` accepts); the copy then runs with the jobs.
+    fn op_replace(&mut self) -> Check {
+        let a = self.arr();
+        if !self.cfg.is_redundant() || !a.missing_roles().is_empty() || self.disks.len() >= self.cfg.disks + self.cfg.spares + 3 {
+            return Ok(());
+        }
+        let devices = a.devices();
+        if devices.iter().any(|d| matches!(d.state, DeviceState::Recovering { .. } | DeviceState::Replacing { .. })) {
+            return Ok(());
+        }
+        let in_sync: Vec<(String, usize)> =
+            devices.iter().filter_map(|d| if let DeviceState::InSync(r) = d.state { Some((d.label.clone(), r)) } else { None }).collect();
+        if in_sync.is_empty() {
+            return Ok(());
+        }
+        let (label, role) = self.rng.pick(&in_sync).clone();
+        let d = self.new_disk();
+        let i = self.disks.len() - 1;
+        self.log(format!("hot replace role {role} ({label}) with {}", d.label()));
+        let uuid = [0xC0 + i as u8; 16];
+        self.arr().replace_device(&label, d as Arc<dyn Member>, uuid).map_err(|e| format!("replace_device: {e}"))?;
+        self.record_data_offset(i);
+        self.stats.replaces += 1;
         Ok(())
     }
 

@@ -97,7 +97,7 @@ fn main() -> ExitCode {
     };
     let began = Instant::now();
     let (mut passed, mut failed) = (0u64, Vec::new());
-    let (mut crashes, mut refusals, mut faults, mut rebuilds) = (0, 0, 0, 0);
+    let (mut crashes, mut refusals, mut faults, mut rebuilds, mut replaces) = (0, 0, 0, 0, 0);
     let mut seed = start;
     while seed < end && deadline.is_none_or(|d| Instant::now() < d) {
         match run_seed(seed, &limits, args.verbose) {
@@ -107,6 +107,7 @@ fn main() -> ExitCode {
                 refusals += o.refusals;
                 faults += o.faults;
                 rebuilds += o.rebuilds;
+                replaces += o.replaces;
             }
             Err(f) => {
                 println!("{f}\n");
@@ -116,7 +117,7 @@ fn main() -> ExitCode {
         seed = seed.wrapping_add(1);
     }
     println!(
-        "{} seeds in {:.1} s: {passed} passed, {} failed; {crashes} crashes, {refusals} refused assemblies, {faults} faults, {rebuilds} rebuilds",
+        "{} seeds in {:.1} s: {passed} passed, {} failed; {crashes} crashes, {refusals} refused assemblies, {faults} faults, {rebuilds} rebuilds, {replaces} hot replaces",
         passed + failed.len() as u64,
         began.elapsed().as_secs_f64(),
         failed.len()

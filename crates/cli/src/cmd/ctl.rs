@@ -168,6 +168,7 @@ fn detail_text(st: &ArrayStatus) -> String {
         let role = d.role.map_or("-".to_string(), |r| r.to_string());
         let state = match (d.state.as_str(), d.recovered_sectors) {
             ("recovering", Some(done)) => format!("spare rebuilding ({done} sectors done)"),
+            ("replacing", Some(done)) => format!("replacement ({done} sectors copied)"),
             ("in_sync", _) => "active sync".into(),
             (other, _) => other.to_string(),
         };

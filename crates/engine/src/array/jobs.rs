@@ -87,7 +87,7 @@ impl Array {
         if meta.failed.is_some() {
             return None;
         }
-        if meta.devices.iter().any(|d| matches!(d.state, DeviceState::Recovering { .. })) {
+        if meta.devices.iter().any(|d| matches!(d.state, DeviceState::Recovering { .. } | DeviceState::Replacing { .. })) {
             return Some(JobKind::Recovery);
         }
         drop(meta);
@@ -182,21 +182,30 @@ impl Array {
         Ok(JobProgress { kind: if repair { JobKind::Repair } else { JobKind::Check }, done_sectors: pos, total_sectors: total })
     }
 
-    /// Rebuilds up to `max_sectors` of the recovering member.
+    /// Rebuilds up to `max_sectors` of the recovering member (a missing role first, else a
+    /// hot replacement's copy).
     pub fn recovery_step(&self, max_sectors: u64) -> Result<JobProgress, EngineError> {
         self.ensure_dirty()?;
         let total = self.sync_sectors();
         let unit = self.recovery_unit();
-        let (device, role, mut done) = {
+        let (device, role, mut done, replacing) = {
             let meta = self.lock_meta();
-            match meta.devices.iter().enumerate().find_map(|(i, d)| match d.state {
-                DeviceState::Recovering { role, done } => Some((i, role, done)),
+            let recovering = meta.devices.iter().enumerate().find_map(|(i, d)| match d.state {
+                DeviceState::Recovering { role, done } => Some((i, role, done, false)),
                 _ => None,
-            }) {
+            });
+            let replacing = || {
+                meta.devices.iter().enumerate().find_map(|(i, d)| match d.state {
+                    DeviceState::Replacing { role, done } => Some((i, role, done, true)),
+                    _ => None,
+                })
+            };
+            match recovering.or_else(replacing) {
                 Some(x) => x,
                 None => return Ok(JobProgress { kind: JobKind::Recovery, done_sectors: total, total_sectors: total }),
             }
         };
+        let state_at = |done| if replacing { DeviceState::Replacing { role, done } } else { DeviceState::Recovering { role, done } };
         let _gate = self.write_gate.read().unwrap_or_else(|e| e.into_inner());
         let end = done.saturating_add(max_sectors.max(unit)).min(total);
         let mut regions = Vec::new();
@@ -209,18 +218,28 @@ impl Array {
         self.recover_regions(role, device, &regions)?;
         {
             let mut meta = self.lock_meta();
-            if meta.devices[device].state != (DeviceState::Recovering { role, done }) {
-                // The member failed under us.
-                return Err(EngineError::Failed(format!("recovery target for role {role} failed")));
+            if meta.devices[device].state != state_at(done) {
+                // The target failed under us, or (a replacement) the member it replaces did
+                // and it became an ordinary rebuild: the next step picks that up.
+                return Err(EngineError::Failed(format!("recovery target for role {role} changed state during the step")));
             }
             done = end;
-            meta.devices[device].state = DeviceState::Recovering { role, done };
+            meta.devices[device].state = state_at(done);
         }
-        // Checkpoint (md writes recovery_offset periodically; we do it every step).
+        // Checkpoint (md writes recovery_offset periodically; we do it every step). A
+        // replacement is a spare on disk until it takes the role: nothing to checkpoint.
         let mut meta = self.lock_meta();
         if done >= total {
+            if replacing {
+                // md marks the replaced member faulty once its replacement is in sync.
+                let old = meta.devices.iter().position(|d| d.state == DeviceState::InSync(role));
+                if let Some(old) = old {
+                    meta.devices[old].state = DeviceState::Faulty;
+                    meta.devices[old].failure = Some(format!("replaced by {}", meta.devices[device].member.label()));
+                }
+            }
             super::assign_in_sync(&mut meta, device, role);
-        } else {
+        } else if !replacing {
             meta.devices[device].sb.set_recovery_offset(Some(done));
         }
         self.rebuild_io_map(&meta);

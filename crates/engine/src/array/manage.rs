@@ -71,6 +71,52 @@ impl Array {
         Ok(())
     }
 
+    /// md's hot replace (`mdadm --replace old --with new`): `member` becomes a spare, then
+    /// the replacement of in-sync member `label`'s role. Both are written from now on; the
+    /// recovery job copies the old member onto the new one (rebuilding from redundancy where
+    /// the old one fails a read, which fails it), then the new one takes the role and the old
+    /// one is marked faulty. Redundancy is never lower than before, unlike fail + rebuild.
+    pub fn replace_device(&self, label: &str, member: Arc<dyn Member>, device_uuid: [u8; 16]) -> Result<(), EngineError> {
+        if !self.writable {
+            return Err(EngineError::ReadOnly);
+        }
+        if !super::LevelExt::has_redundancy(&self.level) {
+            return Err(EngineError::Invalid(format!("{} has no redundancy: there is nothing to replace a member with", self.level)));
+        }
+        let role = {
+            let meta = self.lock_meta();
+            let d = meta
+                .devices
+                .iter()
+                .find(|d| d.member.label() == label)
+                .ok_or_else(|| EngineError::Invalid(format!("{label} is not part of the array")))?;
+            let DeviceState::InSync(role) = d.state else {
+                return Err(EngineError::Invalid(format!("{label} is {:?}; only an in-sync member can be replaced", d.state)));
+            };
+            if meta.devices.iter().any(|d| matches!(d.state, DeviceState::Recovering { .. } | DeviceState::Replacing { .. })) {
+                return Err(EngineError::Invalid("a rebuild or replacement is already running; replace again when it is done".into()));
+            }
+            role
+        };
+        let missing = self.missing_roles();
+        if !missing.is_empty() {
+            return Err(EngineError::Invalid(format!(
+                "the array is degraded (roles {missing:?} missing): add the new device as a spare so it rebuilds a missing role first (uraid add)"
+            )));
+        }
+        let new_label = member.label().to_string();
+        self.add_device(member, device_uuid)?;
+        let mut meta = self.lock_meta();
+        let new = meta.devices.iter().position(|d| d.member.label() == new_label);
+        let old_still_in_sync = meta.devices.iter().any(|d| d.member.label() == label && d.state == DeviceState::InSync(role));
+        // A failure since the checks above may already have taken the spare for a rebuild.
+        if let Some(new) = new.filter(|&i| meta.devices[i].state == DeviceState::Spare && old_still_in_sync) {
+            meta.devices[new].state = DeviceState::Replacing { role, done: 0 };
+            self.rebuild_io_map(&meta);
+        }
+        Ok(())
+    }
+
     /// Removes a faulty or spare device (by label). Active members must be failed first.
     pub fn remove_device(&self, label: &str) -> Result<(), EngineError> {
         let mut meta = self.lock_meta();

@@ -72,6 +72,11 @@ pub enum DeviceState {
     InSync(usize),
     /// Being rebuilt: sectors below `done` (from the data offset) hold valid data.
     Recovering { role: usize, done: u64 },
+    /// Taking over `role` from its in-sync member, which keeps serving until the copy is
+    /// done (md's hot replace): written like the member it replaces, copied up to `done`.
+    /// Superblocks record it as a spare until it takes the role, so a restart in between
+    /// leaves a healthy array and a spare (md would resume the copy; here it is asked again).
+    Replacing { role: usize, done: u64 },
     Spare,
     Faulty,
 }
@@ -106,10 +111,12 @@ pub(crate) struct RoleMember {
 }
 
 /// Which member each role is read from and written to. A recovering member is written (so
-/// it stays current behind the rebuild) but not read.
+/// it stays current behind the rebuild) but not read; so is a replacement, next to the
+/// member it replaces (`replacement`).
 #[derive(Clone, Default)]
 pub(crate) struct IoMap {
     read: Vec<Option<RoleMember>>,
+    replacement: Vec<Option<RoleMember>>,
     write: Vec<Option<RoleMember>>,
 }
 
@@ -383,7 +390,7 @@ impl Array {
 
     fn rebuild_io_map(&self, meta: &Meta) {
         let n = self.geometry.raid_disks();
-        let mut map = IoMap { read: vec![None; n], write: vec![None; n] };
+        let mut map = IoMap { read: vec![None; n], replacement: vec![None; n], write: vec![None; n] };
         for (i, d) in meta.devices.iter().enumerate() {
             let rm = RoleMember { member: d.member.clone(), data_offset: d.data_offset, device: i };
             match d.state {
@@ -392,6 +399,7 @@ impl Array {
                     map.write[role] = Some(rm);
                 }
                 DeviceState::Recovering { role, .. } if role < n => map.write[role] = Some(rm),
+                DeviceState::Replacing { role, .. } if role < n => map.replacement[role] = Some(rm),
                 _ => {}
             }
         }
@@ -474,7 +482,7 @@ impl Array {
     pub fn flush(&self) -> Result<(), EngineError> {
         let io = self.io_map();
         let mut failed = Vec::new();
-        for rm in io.write.iter().flatten() {
+        for rm in io.write.iter().chain(&io.replacement).flatten() {
             if let Err(e) = rm.member.flush() {
                 failed.push((rm.device, format!("flush: {e}")));
             }
@@ -525,9 +533,17 @@ impl Array {
             _ => None,
         };
         meta.devices[device].state = DeviceState::Faulty;
-        // Take a spare for the role, as md does with a hot spare.
         if let Some(role) = role {
-            if let Some(sp) = meta.devices.iter().position(|d| d.state == DeviceState::Spare) {
+            let replacing = meta.devices.iter().position(|d| matches!(d.state, DeviceState::Replacing { role: r, .. } if r == role));
+            if let Some(rp) = replacing {
+                // The member being replaced died: its replacement, written like it all
+                // along and copied up to `done`, carries on as an ordinary rebuild (md
+                // promotes the replacement the same way).
+                let DeviceState::Replacing { done, .. } = meta.devices[rp].state else { unreachable!("matched above") };
+                meta.devices[rp].state = DeviceState::Recovering { role, done };
+                meta.devices[rp].sb.set_recovery_offset(Some(done));
+            } else if let Some(sp) = meta.devices.iter().position(|d| d.state == DeviceState::Spare) {
+                // Take a spare for the role, as md does with a hot spare.
                 assign_recovering(meta, sp, role);
             }
         }
@@ -782,7 +798,7 @@ impl Array {
                 Placement::Striped(_) => unreachable!("parity levels write zeros above"),
             };
             for ms in targets {
-                if let Some(rm) = io.write.get(ms.role).cloned().flatten() {
+                for rm in io.writers(ms.role) {
                     if let Err(e) = rm.member.discard(rm.data_offset + ms.sector * SECTOR_BYTES, piece.sectors * SECTOR_BYTES) {
                         self.fail_device(rm.device, &e.to_string());
                     }
@@ -853,21 +869,26 @@ impl Array {
     /// write fails; succeeds while at least one copy was written.
     fn write_copies(&self, targets: &[MemberSector], data: &[u8], array_sector: u64) -> Result<(), EngineError> {
         let io = self.io_map();
-        let (devices, batch): (Vec<usize>, Vec<MemberIo>) = targets
+        let (devices, batch): (Vec<(usize, bool)>, Vec<MemberIo>) = targets
             .iter()
-            .filter_map(|ms| io.write.get(ms.role).and_then(|w| w.as_ref()).map(|rm| (rm, ms.sector)))
-            .map(|(rm, sector)| {
+            .flat_map(|ms| {
+                let main = io.write.get(ms.role).and_then(|w| w.as_ref()).map(|rm| (rm, ms.sector, false));
+                let extra = io.replacement.get(ms.role).and_then(|w| w.as_ref()).map(|rm| (rm, ms.sector, true));
+                main.into_iter().chain(extra)
+            })
+            .map(|(rm, sector, is_replacement)| {
                 let run = Run { offset: rm.data_offset + sector * SECTOR_BYTES, bufs: Bufs::Write(vec![data]) };
-                (rm.device, MemberIo { member: &*rm.member, runs: vec![run] })
+                ((rm.device, is_replacement), MemberIo { member: &*rm.member, runs: vec![run] })
             })
             .unzip();
         if batch.is_empty() {
             return Err(EngineError::Failed(format!("no member holds array sector {array_sector}")));
         }
+        // Only copies the array reads count: a replacement alone does not hold the data yet.
         let mut written = 0;
-        for (device, result) in devices.into_iter().zip(crate::parallel::run_member_io(batch)) {
+        for ((device, is_replacement), result) in devices.into_iter().zip(crate::parallel::run_member_io(batch)) {
             match result {
-                Ok(()) => written += 1,
+                Ok(()) => written += usize::from(!is_replacement),
                 Err(e) => self.fail_device(device, &e.to_string()),
             }
         }
@@ -876,6 +897,16 @@ impl Array {
             return Err(EngineError::Failed(format!("every copy of array sector {array_sector} failed to write")));
         }
         Ok(())
+    }
+}
+
+impl IoMap {
+    /// Every member a write to `role` goes to: its member and, during a hot replace, the
+    /// replacement.
+    fn writers(&self, role: usize) -> impl Iterator<Item = &RoleMember> {
+        let main = self.write.get(role).and_then(|w| w.as_ref());
+        let extra = self.replacement.get(role).and_then(|w| w.as_ref());
+        main.into_iter().chain(extra)
     }
 }
 
@@ -898,7 +929,7 @@ fn role_table(meta: &Meta) -> Vec<(u32, DeviceRole)> {
             let role = match d.state {
                 DeviceState::InSync(r) => DeviceRole::Active(r as u32),
                 DeviceState::Recovering { role, .. } if v1 => DeviceRole::Active(role as u32),
-                DeviceState::Recovering { .. } | DeviceState::Spare => DeviceRole::Spare,
+                DeviceState::Recovering { .. } | DeviceState::Replacing { .. } | DeviceState::Spare => DeviceRole::Spare,
                 DeviceState::Faulty => DeviceRole::Faulty,
             };
             (d.sb.dev_number(), role)

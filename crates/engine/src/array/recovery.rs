@@ -118,7 +118,13 @@ impl Array {
                 let _room = self.cache.reserve(p.raid_disks() as u64 * n * SECTOR_BYTES);
                 let io = self.io_map();
                 let only_target_lost = (0..io.read.len()).all(|r| io.read[r].is_some() || r == role);
-                let content = if self.level == Level::Raid6 && only_target_lost {
+                let content = if io.read[role].is_some() {
+                    // A hot replace: the member being replaced still serves; copy it. If it
+                    // fails this read it is failed, and the replacement turns into an
+                    // ordinary rebuild from the next step on.
+                    let mut buf = self.cache.buffer((n * SECTOR_BYTES) as usize);
+                    self.read_member(&io, MemberSector { role, sector: pos }, &mut buf).ok().map(|_| buf)
+                } else if self.level == Level::Raid6 && only_target_lost {
                     self.raid6_single_loss_content(&io, role, pos, pos + n)
                 } else {
                     self.parity_role_content(&io, role, pos, pos + n)

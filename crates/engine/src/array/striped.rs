@@ -608,18 +608,27 @@ impl Array {
         let mut devices: Vec<usize> = Vec::new();
         let mut batch: Vec<MemberIo> = Vec::new();
         for (role, sector, bytes) in &outs {
-            let Some(rm) = io.write.get(*role).and_then(|w| w.as_ref()) else { continue };
-            if devices.last() != Some(&rm.device) {
-                devices.push(rm.device);
-                batch.push(MemberIo { member: &*rm.member, runs: Vec::new() });
-            }
-            let Some(MemberIo { runs, .. }) = batch.last_mut() else { unreachable!("pushed above") };
-            let (offset, slice) = (rm.data_offset + sector * SECTOR_BYTES, bytes.as_slice());
-            match runs.last_mut() {
-                Some(Run { offset: start, bufs: Bufs::Write(parts) }) if *start + parts.iter().map(|p| p.len() as u64).sum::<u64>() == offset => {
-                    parts.push(slice)
+            // Outs are sorted by role, so each device's runs arrive in sector order; a role
+            // has two devices during a hot replace, hence the lookup.
+            for rm in io.writers(*role) {
+                let at = match devices.iter().position(|d| *d == rm.device) {
+                    Some(at) => at,
+                    None => {
+                        devices.push(rm.device);
+                        batch.push(MemberIo { member: &*rm.member, runs: Vec::new() });
+                        devices.len() - 1
+                    }
+                };
+                let runs = &mut batch[at].runs;
+                let (offset, slice) = (rm.data_offset + sector * SECTOR_BYTES, bytes.as_slice());
+                match runs.last_mut() {
+                    Some(Run { offset: start, bufs: Bufs::Write(parts) })
+                        if *start + parts.iter().map(|p| p.len() as u64).sum::<u64>() == offset =>
+                    {
+                        parts.push(slice)
+                    }
+                    _ => runs.push(Run { offset, bufs: Bufs::Write(vec![slice]) }),
                 }
-                _ => runs.push(Run { offset, bufs: Bufs::Write(vec![slice]) }),
             }
         }
         for (device, result) in devices.into_iter().zip(crate::parallel::run_member_io(batch)) {
@@ -634,7 +643,7 @@ impl Array {
     pub(super) fn write_members(&self, io: &IoMap, out: &[(usize, u64, &[u8])]) {
         let ops: Vec<(usize, Box<dyn FnOnce() -> (usize, std::io::Result<()>) + Send + '_>)> = out
             .iter()
-            .filter_map(|(role, sector, bytes)| io.write[*role].clone().map(|rm| (rm, *sector, *bytes)))
+            .flat_map(|(role, sector, bytes)| io.writers(*role).map(move |rm| (rm.clone(), *sector, *bytes)))
             .map(|(rm, sector, bytes)| {
                 let f: Box<dyn FnOnce() -> (usize, std::io::Result<()>) + Send> =
                     Box::new(move || (rm.device, rm.member.write_at(bytes, rm.data_offset + sector * SECTOR_BYTES)));

@@ -9,6 +9,7 @@ use uraid_engine::array::CheckReport;
 use uraid_engine::create::write_plan;
 use uraid_engine::{Array, ArrayOptions, MemMember, Member};
 
+#[derive(Clone)]
 pub struct Shape {
     pub level: Level,
     pub disks: usize,
