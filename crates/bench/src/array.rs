@@ -7,6 +7,7 @@
 //!   surviving members' data areas alone with one thread (what `dd` of each survivor costs);
 //!   RAID6 also `recovery-2lost`: the first of two lost members rebuilt while the other is
 //!   still missing (every survivor needed, and the write is half of what is read).
+//!
 //! Arrays are created `--assume-clean` on zeroed sparse files, so no initial sync runs.
 
 use serde::Serialize;

@@ -60,8 +60,8 @@ fn load() -> Result<Isal, String> {
 }
 
 fn check_isal_shape(blocks: &[*mut u8], len: usize) {
-    assert!(len % 32 == 0, "ISA-L needs lengths that are multiples of 32");
-    assert!(blocks.iter().all(|p| *p as usize % 32 == 0), "ISA-L needs 32-byte aligned blocks");
+    assert!(len.is_multiple_of(32), "ISA-L needs lengths that are multiples of 32");
+    assert!(blocks.iter().all(|p| (*p as usize).is_multiple_of(32)), "ISA-L needs 32-byte aligned blocks");
     assert!(len <= c_int::MAX as usize);
 }
 

@@ -28,9 +28,9 @@ pub struct Report {
 pub fn size_label(bytes: u64) -> String {
     if bytes == 0 {
         "-".into()
-    } else if bytes % (1 << 20) == 0 {
+    } else if bytes.is_multiple_of(1 << 20) {
         format!("{}M", bytes >> 20)
-    } else if bytes % 1024 == 0 {
+    } else if bytes.is_multiple_of(1024) {
         format!("{}K", bytes >> 10)
     } else {
         format!("{bytes}")
@@ -324,12 +324,12 @@ impl Report {
         let mut html = String::from(
             "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>uraid bench report</title>\n<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse;margin-bottom:1em}td,th{border:1px solid #ccc;padding:2px 6px}td{text-align:right}td:first-child{text-align:left}img{max-width:100%}</style></head><body>\n<h1>uraid bench report</h1>\n",
         );
-        let _ = write!(html, "<pre>{}</pre>\n", html_escape(&self.preamble()));
+        let _ = writeln!(html, "<pre>{}</pre>", html_escape(&self.preamble()));
         html.push_str("<p>Files: <a href=\"report.json\">report.json</a> · <a href=\"measurements.csv\">measurements.csv</a> · <a href=\"summary.md\">summary.md</a> · <a href=\"fio/\">fio job files</a></p>\n");
         html.push_str(&self.summary().html());
         html.push_str(&plot_note);
         for p in &plots {
-            let _ = write!(html, "<h3>{p}</h3><a href=\"{p}.png\"><img src=\"{p}.svg\" alt=\"{p}\"></a>\n");
+            let _ = writeln!(html, "<h3>{p}</h3><a href=\"{p}.png\"><img src=\"{p}.svg\" alt=\"{p}\"></a>");
         }
         for g in self.grids() {
             html.push_str(&g.html());

@@ -298,16 +298,19 @@ pub(crate) struct RandOut {
     per_thread_mb_s: Vec<f64>,
 }
 
+/// One load thread's result: its I/O totals and (time, bytes) samples.
+type ThreadOutcome = Result<(Io, Vec<(f64, u64)>), String>;
+
 /// `threads` threads, each with one request outstanding at a random block-aligned offset,
 /// until `stop()` says so.
 pub(crate) fn rand_run(t: &dyn Target, s: &RandSpec, stop: &(dyn Fn() -> bool + Sync), keep_samples: bool) -> Result<RandOut, String> {
     let slots = (s.len / s.block).max(1);
     let t0 = Instant::now();
-    let results: Vec<Result<(Io, Vec<(f64, u64)>), String>> = std::thread::scope(|sc| {
+    let results: Vec<ThreadOutcome> = std::thread::scope(|sc| {
         let hs: Vec<_> = (0..s.threads)
             .map(|i| {
                 sc.spawn(move || {
-                    let mut rng = Rng(s.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64 + 1) * 0x1234_5678_9ABC_DEF1);
+                    let mut rng = Rng(s.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ ((i as u64 + 1) * 0x1234_5678_9ABC_DEF1));
                     let mut buf = pattern(s.block as usize, i as u8);
                     let mut hist = LatHist::new();
                     let mut samples = Vec::new();
@@ -364,6 +367,8 @@ struct Runner<'a> {
 }
 
 impl Runner<'_> {
+    // One row's fields, named at every call site; a struct would only repeat them.
+    #[allow(clippy::too_many_arguments)]
     fn push(&mut self, workload: &str, state: &str, op: &str, block: u64, threads: usize, readers: usize, io: &Io) -> &mut Measurement {
         self.out.measurements.push(Measurement {
             workload: workload.into(),

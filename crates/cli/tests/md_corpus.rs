@@ -216,5 +216,5 @@ fn bad_input_is_refused_clearly_and_changes_nothing() {
     // A file with no superblock at all.
     let blank = tmp.path().join("blank.img");
     std::fs::write(&blank, vec![0u8; 1 << 20]).unwrap();
-    assert_refused(&["examine", blank.to_str().unwrap()], &[blank.clone()], "no md superblock");
+    assert_refused(&["examine", blank.to_str().unwrap()], std::slice::from_ref(&blank), "no md superblock");
 }

@@ -222,11 +222,10 @@ fn plan_array(
     let mut newest: Option<usize> = None;
     for &index in group {
         let is_active = matches!(sb(index).role(), DeviceRole::Active(_));
-        if is_active && !sb(index).is_replacement() {
-            if newest.is_none_or(|best| sb(index).events() > sb(best).events()) {
+        if is_active && !sb(index).is_replacement()
+            && newest.is_none_or(|best| sb(index).events() > sb(best).events()) {
                 newest = Some(index);
             }
-        }
     }
     let Some(newest) = newest else {
         let names: Vec<&str> = group.iter().map(|m| label(*m)).collect();

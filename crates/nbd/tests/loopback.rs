@@ -76,7 +76,7 @@ fn handshake_options() {
         infos.push(Info::decode(&r.data).expect("info"));
     }
     let size = server_size(&infos);
-    assert!(size > 0 && size % 512 == 0);
+    assert!(size > 0 && size.is_multiple_of(512));
     assert!(infos.iter().any(|i| matches!(i, Info::Description(d) if d.contains("beta"))));
     assert!(infos.contains(&Info::BlockSize { minimum: 1, preferred: 4096, maximum: 32 << 20 }));
 

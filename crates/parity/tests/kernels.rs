@@ -324,7 +324,7 @@ proptest! {
 
     #[test]
     fn random_losses_recover(blocks in 1usize..20, len in 1usize..9000, a in 0usize..22, b in 0usize..22, seed: u64) {
-        let pick = |i: usize| if i < blocks { Block::Data(i) } else if i % 2 == 0 { Block::P } else { Block::Q };
+        let pick = |i: usize| if i < blocks { Block::Data(i) } else if i.is_multiple_of(2) { Block::P } else { Block::Q };
         let lost = [pick(a), pick(b)];
         for k in kernels() {
             check_recovery(k, blocks, len, &lost, seed);

@@ -3,7 +3,7 @@
 use anyhow::Result;
 use clap::Args;
 use serde::Serialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use uraid_core::geometry::{Algorithm, Level};
 use uraid_core::metadata::{
@@ -206,7 +206,7 @@ fn level_name(level: i32) -> String {
     Level::from_md(level).map_or(format!("unknown ({level})"), |l| l.to_string())
 }
 
-fn examine_one(path: &PathBuf) -> Examined {
+fn examine_one(path: &Path) -> Examined {
     let mut e = Examined::empty(path.display().to_string());
     let member = match FileMember::open(path, false) {
         Ok(m) => m,
@@ -261,7 +261,7 @@ fn examine_one(path: &PathBuf) -> Examined {
 }
 
 pub fn run(a: ExamineArgs) -> Result<ExitCode> {
-    let results: Vec<Examined> = a.devices.iter().map(examine_one).collect();
+    let results: Vec<Examined> = a.devices.iter().map(|p| examine_one(p)).collect();
     let all_ok = results.iter().all(|e| e.has_superblock);
     for e in results.iter().filter(|e| !e.has_superblock) {
         eprintln!("uraid: {}: {}", e.device, e.error.as_deref().unwrap_or("no md superblock found"));

@@ -415,6 +415,8 @@ impl ArrayShape {
 }
 
 /// A superblock of either family, with the accessors assembly and the engine need.
+// One per member, decoded once: boxing the 1.x variant would buy nothing but indirection.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Superblock {
     V090(Superblock090),

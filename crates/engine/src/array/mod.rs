@@ -321,7 +321,7 @@ impl Array {
             io: RwLock::new(IoMap::default()),
             meta: Mutex::new(Meta { devices: kept, events: plan.events, failed: None }),
             dirty: AtomicBool::new(false),
-            resync_pos: AtomicU64::new(if level.has_redundancy() { resync_from.min(MAX_SECTOR) } else { MAX_SECTOR }),
+            resync_pos: AtomicU64::new(if level.has_redundancy() { resync_from } else { MAX_SECTOR }),
             write_gate: RwLock::new(()),
             last_write_ms: AtomicU64::new(0),
             started: std::time::Instant::now(),
@@ -618,7 +618,7 @@ impl Array {
         let first = offset / SECTOR_BYTES;
         let end = (offset + len as u64).div_ceil(SECTOR_BYTES);
         let lead = (offset - first * SECTOR_BYTES) as usize;
-        if lead == 0 && len % SECTOR_BYTES as usize == 0 {
+        if lead == 0 && len.is_multiple_of(SECTOR_BYTES as usize) {
             return f(first, buf);
         }
         let mut scratch = vec![0u8; ((end - first) * SECTOR_BYTES) as usize];
@@ -733,7 +733,7 @@ impl Array {
         let first = offset / SECTOR_BYTES;
         let end = (offset + data.len() as u64).div_ceil(SECTOR_BYTES);
         let lead = (offset - first * SECTOR_BYTES) as usize;
-        if lead == 0 && data.len() % SECTOR_BYTES as usize == 0 {
+        if lead == 0 && data.len().is_multiple_of(SECTOR_BYTES as usize) {
             return self.write_sectors(first, data);
         }
         // Partial sectors: lock the span, read-merge-write.

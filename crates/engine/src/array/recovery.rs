@@ -22,6 +22,9 @@ pub(super) fn default_lanes() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get() + 1).clamp(2, 4)
 }
 
+/// Writes rebuilt bytes at a member sector of the recovery target.
+type TargetWrite<'a> = &'a dyn Fn(&[u8], u64) -> Result<(), EngineError>;
+
 /// Largest recovery region, in sectors per member: 1 MiB reads are as fast as any larger.
 const MAX_REGION_SECTORS: u64 = 2048;
 
@@ -253,7 +256,7 @@ impl Array {
 
     /// Mirrored levels: copies what role `role` holds at member sectors `pos..pos+n` from
     /// the other copies, chunk by chunk, each under the array-range locks of its data.
-    fn mirror_recover(&self, role: usize, pos: u64, n: u64, write: &dyn Fn(&[u8], u64) -> Result<(), EngineError>) -> Result<(), EngineError> {
+    fn mirror_recover(&self, role: usize, pos: u64, n: u64, write: TargetWrite<'_>) -> Result<(), EngineError> {
         let mut s = 0;
         while s < n {
             // unmap gives the array sector of one member sector; copies are contiguous

@@ -10,6 +10,7 @@
 //!   sync (a stripe not yet resynced always reconstructs, so bad parity is never folded);
 //! - full reconstruction: on a degraded stripe, read every present member, rebuild what is
 //!   missing, overlay the new data, compute P/Q, write every present member.
+//!
 //! All reads happen before any write, so a member failing during the reads only restarts
 //! the segment on the degraded path; a member failing during the writes is failed and the
 //! others still receive a consistent stripe.
@@ -18,6 +19,10 @@ use super::{Array, EngineError, IoMap};
 use crate::parallel::{Bufs, MemberIo, Run};
 use uraid_core::geometry::{Location, MemberSector, Piece, Placement, StripeRoles, SECTOR_BYTES};
 use uraid_parity::Block;
+
+/// One member write for [`crate::parallel::run_all`]: its size, and the write returning the
+/// device it went to with the outcome.
+type MemberWrite<'a> = (usize, Box<dyn FnOnce() -> (usize, std::io::Result<()>) + Send + 'a>);
 
 /// One data block's new bytes inside a segment.
 struct BlockWrite<'a> {
@@ -239,7 +244,7 @@ impl Array {
             let mut take = |role: usize| views[role].take();
             let data: Option<Vec<&mut [u8]>> = roles.data.iter().map(|&r| take(r)).collect();
             let pb = take(roles.p);
-            let qb = roles.q.map(|q| take(q));
+            let qb = roles.q.map(take);
             let (Some(data), Some(pb)) = (data, pb) else { return false };
             let q_slice = match qb {
                 Some(Some(q)) => Some(q),
@@ -641,7 +646,7 @@ impl Array {
     /// Writes each (role, member sector, bytes) to the role's write target, in parallel;
     /// members whose write fails are failed. Missing roles are skipped.
     pub(super) fn write_members(&self, io: &IoMap, out: &[(usize, u64, &[u8])]) {
-        let ops: Vec<(usize, Box<dyn FnOnce() -> (usize, std::io::Result<()>) + Send + '_>)> = out
+        let ops: Vec<MemberWrite<'_>> = out
             .iter()
             .flat_map(|(role, sector, bytes)| io.writers(*role).map(move |rm| (rm.clone(), *sector, *bytes)))
             .map(|(rm, sector, bytes)| {
