@@ -256,7 +256,9 @@ impl Served {
         for d in self.array.devices() {
             if d.state == DeviceState::Faulty && reported.insert(d.label.clone()) {
                 let why = d.failure.as_deref().unwrap_or("faulty at assembly");
-                eprintln!("uraid: {}: {} failed: {why}; missing roles now {:?}", self.name(), d.label, self.array.missing_roles());
+                // A replaced member leaves the array marked faulty, as in md, but did not fail.
+                let what = if why.starts_with("replaced by") { "left the array" } else { "failed" };
+                eprintln!("uraid: {}: {} {what}: {why}; missing roles now {:?}", self.name(), d.label, self.array.missing_roles());
             }
         }
     }
