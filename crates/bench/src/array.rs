@@ -197,7 +197,7 @@ pub fn run(cfg: &ArrayBenchConfig, progress: &mut dyn FnMut(&str)) -> Result<Vec
         if want("seq-read") {
             record("seq-read", r, peer_r);
         }
-        let redundant = !matches!(level, Level::Linear | Level::Raid0);
+        let redundant = level.has_redundancy();
         let mut spares = Vec::new();
         if redundant && (want("degraded-read") || want("recovery")) {
             let lose: Vec<usize> = if level == Level::Raid6 { vec![0, 1] } else { vec![0] };

@@ -617,7 +617,7 @@ pub fn run(cfg: &SuiteConfig, progress: &mut dyn FnMut(&str)) -> Result<Results,
                     progress(&format!("{tag}: throughput"));
                     r.throughput(a, region)?;
                 }
-                let redundant = !matches!(level, Level::Linear | Level::Raid0);
+                let redundant = level.has_redundancy();
                 if redundant && (cfg.has(Workload::Degraded) || cfg.has(Workload::Rebuild)) {
                     let lose: Vec<usize> = if level == Level::Raid6 { vec![0, 1] } else { vec![0] };
                     for &role in &lose {

@@ -18,16 +18,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("usage: create_images DIR LEVEL DEVICES SIZE_MIB [--bitmap] [--metadata V]".into());
     }
     let dir = PathBuf::from(&args[0]);
-    let level = match args[1].as_str() {
-        "linear" => Level::Linear,
-        "0" => Level::Raid0,
-        "1" => Level::Raid1,
-        "4" => Level::Raid4,
-        "5" => Level::Raid5,
-        "6" => Level::Raid6,
-        "10" => Level::Raid10,
-        other => return Err(format!("unknown level {other}").into()),
-    };
+    let level: Level = args[1].parse()?;
     let devices: usize = args[2].parse()?;
     let size_bytes: u64 = args[3].parse::<u64>()? << 20;
     let bitmap = args.iter().any(|a| a == "--bitmap");

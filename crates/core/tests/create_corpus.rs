@@ -65,16 +65,7 @@ fn option<'a>(command: &'a str, key: &str) -> Option<&'a str> {
 /// placeholder uuids/time (copied from the real superblocks before byte comparison).
 fn request_for(array: &CorpusArray) -> CreateRequest {
     let command = array.manifest["create_command"].as_str().expect("create_command");
-    let level = match option(command, "--level").expect("--level") {
-        "linear" => Level::Linear,
-        "0" => Level::Raid0,
-        "1" => Level::Raid1,
-        "4" => Level::Raid4,
-        "5" => Level::Raid5,
-        "6" => Level::Raid6,
-        "10" => Level::Raid10,
-        other => panic!("level {other}"),
-    };
+    let level: Level = option(command, "--level").expect("--level").parse().expect("level");
     let raid_devices: usize = option(command, "--raid-devices").expect("raid devices").parse().expect("n");
     let spares: usize = option(command, "--spare-devices").map_or(0, |s| s.parse().expect("n"));
     let sizes: Vec<u64> = array.manifest["members"]

@@ -93,16 +93,7 @@ impl CorpusArray {
 }
 
 fn level_of(name: &str) -> Level {
-    match name {
-        "linear" => Level::Linear,
-        "raid0" => Level::Raid0,
-        "raid1" => Level::Raid1,
-        "raid4" => Level::Raid4,
-        "raid5" => Level::Raid5,
-        "raid6" => Level::Raid6,
-        "raid10" => Level::Raid10,
-        other => panic!("unknown level {other}"),
-    }
+    name.parse().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// mdadm prints "Used Dev Size" in sectors for v1.x and in KiB for 0.90.

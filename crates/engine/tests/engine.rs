@@ -48,7 +48,7 @@ fn every_level_and_layout_reads_back_what_was_written_and_stays_consistent() {
 
 #[test]
 fn degraded_reads_and_writes_keep_data_for_every_tolerated_loss() {
-    for shape in all_shapes().into_iter().filter(|s| !matches!(s.level, Level::Linear | Level::Raid0)) {
+    for shape in all_shapes().into_iter().filter(|s| s.level.has_redundancy()) {
         let tolerated: Vec<Vec<usize>> = match shape.level {
             Level::Raid6 => vec![vec![0, 3], vec![1, 4], vec![2]],
             Level::Raid10 => vec![vec![0]],

@@ -119,7 +119,7 @@ impl Config {
                 (disks, Some(*rng.pick(&layouts)))
             }
         };
-        let redundant = !matches!(level, Level::Linear | Level::Raid0);
+        let redundant = level.has_redundancy();
         let spares = if redundant { *rng.pick(&[0usize, 0, 0, 1, 1, 2]) } else { 0 };
         let metadata = match rng.below(10) {
             0..=5 => MetadataVersion::V1_2,
@@ -151,7 +151,7 @@ impl Config {
     }
 
     fn is_redundant(&self) -> bool {
-        !matches!(self.level, Level::Linear | Level::Raid0)
+        self.level.has_redundancy()
     }
 
     /// Bytes of data in one full stripe (parity) or one chunk (others).

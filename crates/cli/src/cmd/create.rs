@@ -66,18 +66,7 @@ pub struct CreateArgs {
 }
 
 pub fn parse_level(s: &str) -> Result<Level> {
-    let t = s.trim().to_ascii_lowercase();
-    let t = t.strip_prefix("raid").unwrap_or(&t);
-    Ok(match t {
-        "linear" | "-1" => Level::Linear,
-        "0" | "stripe" => Level::Raid0,
-        "1" | "mirror" => Level::Raid1,
-        "4" => Level::Raid4,
-        "5" => Level::Raid5,
-        "6" => Level::Raid6,
-        "10" => Level::Raid10,
-        _ => bail!("unknown level {s:?}: use linear, 0, 1, 4, 5, 6 or 10"),
-    })
+    Ok(s.parse::<Level>()?)
 }
 
 pub fn parse_layout(level: Level, s: &str) -> Result<u32> {

@@ -68,6 +68,12 @@ impl Level {
         }
     }
 
+    /// Whether the level keeps redundancy (everything but linear and RAID0): what a resync
+    /// compares, a rebuild restores and a replace needs.
+    pub fn has_redundancy(self) -> bool {
+        !matches!(self, Level::Linear | Level::Raid0)
+    }
+
     /// The superblock `level` value of this level.
     pub fn to_md(self) -> i32 {
         match self {
@@ -96,6 +102,33 @@ impl std::fmt::Display for Level {
         f.write_str(name)
     }
 }
+
+/// A level name as mdadm's `--level` takes it, case-insensitive: `linear` (or `-1`), `0`
+/// (`stripe`), `1` (`mirror`), `4`, `5`, `6`, `10`, each also with a `raid` prefix (`raid5`,
+/// as mdadm --examine prints it).
+impl std::str::FromStr for Level {
+    type Err = UnknownLevel;
+
+    fn from_str(s: &str) -> Result<Level, UnknownLevel> {
+        let t = s.trim().to_ascii_lowercase();
+        let t = t.strip_prefix("raid").unwrap_or(&t);
+        Ok(match t {
+            "linear" | "-1" => Level::Linear,
+            "0" | "stripe" => Level::Raid0,
+            "1" | "mirror" => Level::Raid1,
+            "4" => Level::Raid4,
+            "5" => Level::Raid5,
+            "6" => Level::Raid6,
+            "10" => Level::Raid10,
+            _ => return Err(UnknownLevel(s.to_string())),
+        })
+    }
+}
+
+/// A level name [`Level`]'s `FromStr` does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown level {0:?}: use linear, 0, 1, 4, 5, 6 or 10")]
+pub struct UnknownLevel(pub String);
 
 /// What md knows about an array's shape: enough to build its [`Geometry`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -399,4 +432,32 @@ impl Geometry {
 /// smallest member bounds all of them.
 fn common_member_sectors(member_sectors: &[u64]) -> u64 {
     member_sectors.iter().copied().min().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod level_name_tests {
+    use super::Level;
+
+    const ALL: [Level; 7] = [Level::Linear, Level::Raid0, Level::Raid1, Level::Raid4, Level::Raid5, Level::Raid6, Level::Raid10];
+
+    #[test]
+    fn every_level_parses_from_its_display_name_its_md_number_and_mdadm_aliases() {
+        for l in ALL {
+            assert_eq!(l.to_string().parse::<Level>(), Ok(l));
+            assert_eq!(l.to_md().to_string().parse::<Level>(), Ok(l));
+            assert_eq!(l.to_string().to_uppercase().parse::<Level>(), Ok(l));
+        }
+        assert_eq!("stripe".parse::<Level>(), Ok(Level::Raid0));
+        assert_eq!("mirror".parse::<Level>(), Ok(Level::Raid1));
+        for bad in ["", "2", "3", "raid", "multipath", "raid60"] {
+            let e = bad.parse::<Level>().unwrap_err();
+            assert!(e.to_string().contains("unknown level"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn only_linear_and_raid0_lack_redundancy() {
+        let without: Vec<Level> = ALL.into_iter().filter(|l| !l.has_redundancy()).collect();
+        assert_eq!(without, [Level::Linear, Level::Raid0]);
+    }
 }

@@ -347,7 +347,7 @@ pub fn plan_create(request: &CreateRequest) -> Result<CreatePlan, CreateError> {
     let set_name = set_name(request)?;
     let layout = choose_layout(request)?;
     let chunk_sectors = choose_chunk_sectors(request)?;
-    if request.bitmap.is_some() && matches!(level, Level::Linear | Level::Raid0) {
+    if request.bitmap.is_some() && !level.has_redundancy() {
         return Err(CreateError::BitmapNotAllowed { level });
     }
 
@@ -376,7 +376,7 @@ pub fn plan_create(request: &CreateRequest) -> Result<CreatePlan, CreateError> {
     let size_kib = component_size_kib(request, &list, chunk_sectors, data_offset_sectors)?;
     let component_size_sectors = size_kib * 2;
     if metadata == MetadataVersion::V0_90
-        && !matches!(level, Level::Linear | Level::Raid0)
+        && level.has_redundancy()
         && component_size_sectors * SECTOR_BYTES >= SB090_MAX_COMPONENT_BYTES
     {
         return Err(CreateError::Sb090ComponentTooLarge {
@@ -389,7 +389,7 @@ pub fn plan_create(request: &CreateRequest) -> Result<CreatePlan, CreateError> {
     let recovering_slots: Vec<u32> = roles.shortcut_slot.into_iter().collect();
     let clean = match request.initial_sync {
         InitialSync::AssumeClean => true,
-        _ if matches!(level, Level::Linear | Level::Raid0) => true,
+        _ if !level.has_redundancy() => true,
         // mdadm: "clean, but one+ drive will be missing": a degraded parity array (or one
         // made degraded by the shortcut) cannot resync; recovery makes it consistent.
         _ => roles.degraded_parity,
@@ -487,7 +487,7 @@ pub fn plan_create(request: &CreateRequest) -> Result<CreatePlan, CreateError> {
 
     let mut warnings = Vec::new();
     let component_bytes = component_size_sectors * SECTOR_BYTES;
-    if !matches!(level, Level::Linear | Level::Raid0) {
+    if level.has_redundancy() {
         if let Some((device, usable_bytes)) = list
             .iter()
             .filter_map(|entry| {
@@ -562,7 +562,7 @@ fn check_counts(request: &CreateRequest) -> Result<(), CreateError> {
     if missing > tolerated {
         return Err(CreateError::TooManyMissing { level, missing, tolerated });
     }
-    if !request.spares.is_empty() && matches!(level, Level::Linear | Level::Raid0) {
+    if !request.spares.is_empty() && !level.has_redundancy() {
         return Err(CreateError::SparesNotSupported { level });
     }
     Ok(())
@@ -716,7 +716,7 @@ fn component_size_kib(
     };
     let requested_kib = match request.size_bytes {
         None | Some(0) => None,
-        Some(_) if matches!(level, Level::Linear | Level::Raid0) => {
+        Some(_) if !level.has_redundancy() => {
             return Err(CreateError::SizeNotAllowed { level })
         }
         Some(size_bytes) if size_bytes % KIB != 0 => {
@@ -764,7 +764,7 @@ fn component_size_kib(
         }
         minimum_kib = Some(minimum_kib.map_or(usable, |m| m.min(usable)));
     }
-    if matches!(level, Level::Linear | Level::Raid0) {
+    if !level.has_redundancy() {
         return Ok(0);
     }
     Ok(match requested_kib {

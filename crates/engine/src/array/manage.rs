@@ -80,7 +80,7 @@ impl Array {
         if !self.writable {
             return Err(EngineError::ReadOnly);
         }
-        if !super::LevelExt::has_redundancy(&self.level) {
+        if !self.level.has_redundancy() {
             return Err(EngineError::Invalid(format!("{} has no redundancy: there is nothing to replace a member with", self.level)));
         }
         let role = {

@@ -957,13 +957,3 @@ pub(crate) fn superblock_bytes(sb: &Superblock) -> Vec<u8> {
     bytes.resize(padded, 0xff);
     bytes
 }
-
-trait LevelExt {
-    fn has_redundancy(&self) -> bool;
-}
-
-impl LevelExt for Level {
-    fn has_redundancy(&self) -> bool {
-        !matches!(self, Level::Linear | Level::Raid0)
-    }
-}
