@@ -267,7 +267,7 @@ impl Array {
                 };
                 let lost = missing.len() + p_missing as usize + q_missing as usize;
                 if lost > 0 {
-                    return self.sync_degraded_raid6(&io, &roles, pos, bufs, &missing, p_missing, q_missing, mode, report);
+                    return self.sync_degraded_raid6(&roles, pos, bufs, &missing, p_missing, q_missing, mode, report);
                 }
                 let h = bufs.p.len();
                 let mut p_new = vec![0u8; h];
@@ -316,7 +316,7 @@ impl Array {
                     if let (Some(qr), Some(q)) = (roles.q, q_new.as_ref()) {
                         out.push((qr, pos, q));
                     }
-                    self.write_members(&io, &out);
+                    self.write_members(&out);
                     report.repaired_rows += rows_bad.len() as u64;
                 }
                 Ok(())
@@ -333,7 +333,6 @@ impl Array {
     #[allow(clippy::too_many_arguments)]
     fn sync_degraded_raid6(
         &self,
-        io: &super::IoMap,
         roles: &uraid_core::geometry::StripeRoles,
         pos: u64,
         mut bufs: super::striped::StripeBuffers,
@@ -370,7 +369,7 @@ impl Array {
             report.unattributed_rows += bad_rows;
         }
         if mode != SyncMode::Check {
-            self.write_members(io, &[(role, pos, fresh.as_slice())]);
+            self.write_members(&[(role, pos, fresh.as_slice())]);
             report.repaired_rows += bad_rows;
         }
         Ok(())
@@ -417,7 +416,7 @@ impl Array {
             }
             if mode != SyncMode::Check {
                 let out: Vec<(usize, u64, &[u8])> = stale.iter().map(|ms| (ms.role, ms.sector, reference.as_slice())).collect();
-                self.write_members(&io, &out);
+                self.write_members(&out);
                 report.repaired_rows += stale.len() as u64;
             }
         }

@@ -257,21 +257,25 @@ impl Array {
     /// Mirrored levels: copies what role `role` holds at member sectors `pos..pos+n` from
     /// the other copies, chunk by chunk, each under the array-range locks of its data.
     fn mirror_recover(&self, role: usize, pos: u64, n: u64, write: TargetWrite<'_>) -> Result<(), EngineError> {
+        let mut buf = vec![0u8; (self.step_unit().min(n) * SECTOR_BYTES) as usize];
         let mut s = 0;
         while s < n {
             // unmap gives the array sector of one member sector; copies are contiguous
             // within a chunk, so walk chunk by chunk.
             let unit = self.step_unit().min(n - s);
-            let mut part = vec![0u8; (unit * SECTOR_BYTES) as usize];
+            let part = &mut buf[..(unit * SECTOR_BYTES) as usize];
             match self.geometry.unmap(role, pos + s).map_err(|e| EngineError::Invalid(e.to_string()))? {
                 Some(a) => {
                     let (lo, hi) = self.lock_span(a, unit);
                     let _g = self.locks.lock(lo, hi);
-                    self.read_sectors(a, &mut part, true)?;
-                    write(&part, pos + s)?;
+                    self.read_sectors(a, part, true)?;
+                    write(part, pos + s)?;
                 }
                 // Not array data (past the end of a far/offset layout): zeros.
-                None => write(&part, pos + s)?,
+                None => {
+                    part.fill(0);
+                    write(part, pos + s)?
+                }
             }
             s += unit;
         }

@@ -20,10 +20,6 @@ use crate::parallel::{Bufs, MemberIo, Run};
 use uraid_core::geometry::{Location, MemberSector, Piece, Placement, StripeRoles, SECTOR_BYTES};
 use uraid_parity::Block;
 
-/// One member write for [`crate::parallel::run_all`]: its size, and the write returning the
-/// device it went to with the outcome.
-type MemberWrite<'a> = (usize, Box<dyn FnOnce() -> (usize, std::io::Result<()>) + Send + 'a>);
-
 /// One data block's new bytes inside a segment.
 struct BlockWrite<'a> {
     data_index: usize,
@@ -643,22 +639,9 @@ impl Array {
         }
     }
 
-    /// Writes each (role, member sector, bytes) to the role's write target, in parallel;
-    /// members whose write fails are failed. Missing roles are skipped.
-    pub(super) fn write_members(&self, io: &IoMap, out: &[(usize, u64, &[u8])]) {
-        let ops: Vec<MemberWrite<'_>> = out
-            .iter()
-            .flat_map(|(role, sector, bytes)| io.writers(*role).map(move |rm| (rm.clone(), *sector, *bytes)))
-            .map(|(rm, sector, bytes)| {
-                let f: Box<dyn FnOnce() -> (usize, std::io::Result<()>) + Send> =
-                    Box::new(move || (rm.device, rm.member.write_at(bytes, rm.data_offset + sector * SECTOR_BYTES)));
-                (bytes.len(), f)
-            })
-            .collect();
-        for (device, result) in crate::parallel::run_all(ops) {
-            if let Err(e) = result {
-                self.fail_device(device, &e.to_string());
-            }
-        }
+    /// Writes each (role, member sector, bytes) to the role's write targets, through
+    /// [`Self::write_batched`]; members whose write fails are failed. Missing roles are skipped.
+    pub(super) fn write_members(&self, out: &[(usize, u64, &[u8])]) {
+        self.write_batched(out.iter().map(|&(role, sector, bytes)| (role, sector, OutBytes::Borrowed(bytes))).collect());
     }
 }
