@@ -146,7 +146,9 @@ pub struct Array {
     /// md layout number (raid10 tolerance depends on it).
     layout: u32,
     writable: bool,
-    io: RwLock<IoMap>,
+    /// Shared, not cloned per request: every read and write takes the map, and copying its
+    /// vectors (an `Arc` per member) cost a sixth of a 4 KiB random read.
+    io: RwLock<Arc<IoMap>>,
     meta: Mutex<Meta>,
     /// The superblocks say "active" (writes since the last clean mark).
     dirty: AtomicBool,
@@ -318,7 +320,7 @@ impl Array {
             name,
             layout: shape.layout,
             writable: opts.writable,
-            io: RwLock::new(IoMap::default()),
+            io: RwLock::new(Arc::new(IoMap::default())),
             meta: Mutex::new(Meta { devices: kept, events: plan.events, failed: None }),
             dirty: AtomicBool::new(false),
             resync_pos: AtomicU64::new(if level.has_redundancy() { resync_from } else { MAX_SECTOR }),
@@ -384,7 +386,7 @@ impl Array {
         self.meta.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn io_map(&self) -> IoMap {
+    pub(crate) fn io_map(&self) -> Arc<IoMap> {
         self.io.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
@@ -403,7 +405,7 @@ impl Array {
                 _ => {}
             }
         }
-        *self.io.write().unwrap_or_else(|e| e.into_inner()) = map;
+        *self.io.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(map);
     }
 
     // ---------------------------------------------------------------- superblock state
