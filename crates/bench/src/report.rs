@@ -192,8 +192,14 @@ impl Report {
         let mut rows = Vec::new();
         for w in ["rand", "degraded", "rebuild"] {
             for m in self.measurements.iter().filter(|m| m.workload == w && m.op != "recovery") {
-                let mut r = vec![m.target.clone(), w.into(), m.state.clone(), m.op.clone(), size_label(m.block_bytes), m.threads.to_string(), format!("{:.0}", m.iops), format!("{:.1}{}", m.mb_per_s, ratio(m.peer_ratio))];
-                r.extend(lat(m));
+                let mut r = vec![m.target.clone(), w.into(), m.state.clone(), m.op.clone(), size_label(m.block_bytes), m.threads.to_string()];
+                if let Some(why) = &m.not_measured {
+                    // The reason in the row itself, where the numbers would have been.
+                    r.extend(["not measured".to_string(), why.clone(), "-".into(), "-".into(), "-".into()]);
+                } else {
+                    r.extend([format!("{:.0}", m.iops), format!("{:.1}{}", m.mb_per_s, ratio(m.peer_ratio))]);
+                    r.extend(lat(m));
+                }
                 rows.push(r);
             }
         }
@@ -269,7 +275,7 @@ impl Report {
     }
 
     pub fn csv(&self) -> String {
-        let mut s = String::from("workload,target,members,state,op,chunk_bytes,block_bytes,threads,readers,bytes,ops,secs,mb_per_s,iops,lat_mean_us,lat_p50_us,lat_p99_us,lat_p999_us,lat_max_us,job_min_mb_per_s,job_max_mb_per_s,job_avg_mb_per_s,job_sum_mb_per_s,peer_ratio\n");
+        let mut s = String::from("workload,target,members,state,op,chunk_bytes,block_bytes,threads,readers,bytes,ops,secs,mb_per_s,iops,lat_mean_us,lat_p50_us,lat_p99_us,lat_p999_us,lat_max_us,job_min_mb_per_s,job_max_mb_per_s,job_avg_mb_per_s,job_sum_mb_per_s,peer_ratio,not_measured\n");
         for m in &self.measurements {
             let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
             let l = m.latency.as_ref();
@@ -299,6 +305,7 @@ impl Report {
                 opt(p.map(|p| p.avg_mb_per_s)),
                 opt(p.map(|p| p.sum_mb_per_s)),
                 opt(m.peer_ratio),
+                csv_field(m.not_measured.as_deref().unwrap_or_default()),
             ];
             s.push_str(&fields.join(","));
             s.push('\n');
@@ -362,6 +369,9 @@ pub fn compare(a: &Report, b: &Report) -> Result<String, String> {
     let (mut log_sum, mut n) = (0.0f64, 0usize);
     for ma in &a.measurements {
         let Some(mb) = bmap.get(&ma.key()) else { continue };
+        if ma.not_measured.is_some() || mb.not_measured.is_some() {
+            continue; // nothing to compare: one side has no figure
+        }
         let r = if ma.mb_per_s > 0.0 { mb.mb_per_s / ma.mb_per_s } else { f64::NAN };
         if r.is_finite() && r > 0.0 {
             log_sum += r.ln();
@@ -463,6 +473,25 @@ mod tests {
         let mut c = sample();
         c.schema = 99;
         assert!(compare(&a, &c).is_err());
+    }
+
+    #[test]
+    fn a_phase_too_short_to_measure_shows_its_reason_not_a_zero() {
+        let mut r = sample();
+        let mut m = r.measurements[3].clone();
+        (m.workload, m.state, m.bytes, m.ops, m.secs, m.mb_per_s, m.iops, m.latency) = ("rebuild".into(), "rebuilding".into(), 0, 0, 0.0, 0.0, 0.0, None);
+        m.not_measured = Some("3 random reads completed during the rebuild".into());
+        r.measurements.push(m);
+        let grid = r.grids().into_iter().find(|g| g.title.starts_with("rand / degraded / rebuild")).expect("rand grid");
+        let row = grid.rows.iter().find(|row| row[2] == "rebuilding").expect("rebuilding row");
+        assert_eq!(row[6], "not measured");
+        assert!(row[7].contains("3 random reads"), "{row:?}");
+        assert!(r.csv().lines().last().unwrap().ends_with(",3 random reads completed during the rebuild"));
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["measurements"][4]["not_measured"], "3 random reads completed during the rebuild");
+        assert!(json["measurements"][0].get("not_measured").is_none(), "absent on measured rows");
+        // bench compare has nothing to compare on that row.
+        assert!(compare(&r, &r).unwrap().contains("4 matching measurements"));
     }
 
     #[test]

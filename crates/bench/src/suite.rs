@@ -16,7 +16,7 @@ use crate::stats::{bucketed_p99, mb_per_s, JobSpread, LatHist, Latency};
 use crate::target::{FileTarget, Target};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uraid_core::geometry::Level;
@@ -200,6 +200,11 @@ pub struct Measurement {
     pub per_job: Option<JobSpread>,
     /// This target's MB/s over the peer's for the same op, block and concurrency.
     pub peer_ratio: Option<f64>,
+    /// Set when the phase was too short to measure (e.g. a rebuild that finished before
+    /// enough foreground requests completed during it): why, in words. Such a row has zero
+    /// bytes, ops and rates, and tables print the reason instead of numbers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_measured: Option<String>,
 }
 
 impl Measurement {
@@ -293,8 +298,10 @@ pub(crate) struct RandSpec {
 
 pub(crate) struct RandOut {
     pub(crate) io: Io,
-    /// (seconds since start, latency ns) of every request, when asked for.
+    /// (seconds since `origin`, latency ns) of every request, when asked for.
     samples: Vec<(f64, u64)>,
+    /// The instant the samples' times count from.
+    origin: Instant,
     per_thread_mb_s: Vec<f64>,
 }
 
@@ -302,7 +309,8 @@ pub(crate) struct RandOut {
 type ThreadOutcome = Result<(Io, Vec<(f64, u64)>), String>;
 
 /// `threads` threads, each with one request outstanding at a random block-aligned offset,
-/// until `stop()` says so.
+/// until `stop()` says so; every thread makes at least one request, so no run is empty
+/// however fast or slow the machine is.
 pub(crate) fn rand_run(t: &dyn Target, s: &RandSpec, stop: &(dyn Fn() -> bool + Sync), keep_samples: bool) -> Result<RandOut, String> {
     let slots = (s.len / s.block).max(1);
     let t0 = Instant::now();
@@ -316,7 +324,7 @@ pub(crate) fn rand_run(t: &dyn Target, s: &RandSpec, stop: &(dyn Fn() -> bool + 
                     let mut samples = Vec::new();
                     let mut ops = 0u64;
                     let mine = Instant::now();
-                    while !stop() {
+                    while ops == 0 || !stop() {
                         let off = s.start + rng.below(slots) * s.block;
                         let st = Instant::now();
                         if s.write {
@@ -349,7 +357,7 @@ pub(crate) fn rand_run(t: &dyn Target, s: &RandSpec, stop: &(dyn Fn() -> bool + 
         per_thread_mb_s.push(mb_per_s(one.bytes, one.secs));
         samples.extend(s);
     }
-    Ok(RandOut { io, samples, per_thread_mb_s })
+    Ok(RandOut { io, samples, origin: t0, per_thread_mb_s })
 }
 
 pub(crate) fn deadline(d: Duration) -> impl Fn() -> bool + Sync {
@@ -388,6 +396,7 @@ impl Runner<'_> {
             latency: io.hist.summary(),
             per_job: None,
             peer_ratio: None,
+            not_measured: None,
         });
         self.out.measurements.last_mut().expect("just pushed")
     }
@@ -433,7 +442,8 @@ impl Runner<'_> {
                         let mut rng = Rng(0xC0FFEE);
                         let mut hist = LatHist::new();
                         let (t0, mut ops) = (Instant::now(), 0u64);
-                        while file_len >= cfg.mixed_append_bytes && !stop.load(Ordering::Relaxed) {
+                        // At least one append, so the row is never empty on a fast machine.
+                        while file_len >= cfg.mixed_append_bytes && (ops == 0 || !stop.load(Ordering::Relaxed)) {
                             let f = rng.below(10) as usize;
                             let st = Instant::now();
                             t.write_at(area + f as u64 * file_len + pos[f], &buf)?;
@@ -644,8 +654,18 @@ pub fn run(cfg: &SuiteConfig, progress: &mut dyn FnMut(&str)) -> Result<Results,
     Ok(out)
 }
 
+/// Fewer foreground requests than this in a phase and the phase is reported as not measured:
+/// a p99 or a rate from a handful of requests says nothing.
+const MIN_PHASE_OPS: u64 = 32;
+
 /// Random reads before (degraded), during, and after a rebuild onto a fresh spare; the
 /// recovery runs in its own thread as `uraid serve`'s job thread would.
+///
+/// The phases are delimited by events, never by the clock: the recovery starts only once the
+/// foreground is issuing requests, and the foreground goes on after the recovery has ended
+/// until it has made at least [`MIN_PHASE_OPS`] requests *and* spent `time_per_point` there.
+/// A rebuild too short to overlap [`MIN_PHASE_OPS`] foreground requests (a fast machine, a
+/// small region) is reported as not measured, with the reason, instead of as a zero.
 fn rebuild(r: &mut Runner, built: &Built, region: u64, degraded_state: &str) -> Result<(), String> {
     let cfg = r.cfg;
     let a = &built.array;
@@ -657,54 +677,85 @@ fn rebuild(r: &mut Runner, built: &Built, region: u64, degraded_state: &str) -> 
     let sp = cfg.dir.join(format!("{}-spare.img", a.level()));
     FileTarget::create(&sp, built.member_bytes)?;
     let spare: Arc<dyn Member> = Arc::new(FileMember::open(&sp, true).map_err(|e| e.to_string())?);
-    let stop = AtomicBool::new(false);
     let sync_bytes = a.sync_sectors() * 512;
-    let t0 = Instant::now();
     a.add_device(spare, [0x55; 16]).map_err(|e| e.to_string())?;
-    let (fg, rebuilt) = std::thread::scope(|sc| {
-        let job = sc.spawn(|| -> Result<f64, String> {
+    // Foreground requests started so far (each `stop()` call starts one, or ends a thread).
+    let fg_started = AtomicU64::new(0);
+    // Requests started after the recovery ended.
+    let fg_after = AtomicU64::new(0);
+    let recovered: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let stop = || {
+        fg_started.fetch_add(1, Ordering::Relaxed);
+        match recovered.get() {
+            None => false,
+            Some(end) => fg_after.fetch_add(1, Ordering::Relaxed) >= MIN_PHASE_OPS && end.elapsed() >= cfg.time_per_point,
+        }
+    };
+    let (fg, window) = std::thread::scope(|sc| {
+        let job = sc.spawn(|| -> Result<(Instant, Instant), String> {
+            // Wait for the event "the foreground is running" (bounded by the foreground
+            // itself: its first request starts as soon as its threads are scheduled).
+            while fg_started.load(Ordering::Relaxed) == 0 {
+                std::thread::yield_now();
+            }
+            let start = Instant::now();
             let res = (|| {
                 while a.pending_job() == Some(JobKind::Recovery) {
                     a.recovery_step(cfg.rebuild_step_sectors).map_err(|e| e.to_string())?;
                 }
-                Ok(t0.elapsed().as_secs_f64())
+                Ok(())
             })();
-            // Keep the foreground going as long again after the rebuild: the "not rebuilding"
-            // side of the comparison, on the same array a moment later.
-            if res.is_ok() {
-                std::thread::sleep(cfg.time_per_point);
-            }
-            stop.store(true, Ordering::Relaxed);
-            res
+            // Set even on error, so the foreground winds down either way.
+            let end = *recovered.get_or_init(Instant::now);
+            res.map(|()| (start, end))
         });
-        let fg = rand_run(a, &spec, &|| stop.load(Ordering::Relaxed), true);
+        let fg = rand_run(a, &spec, &stop, true);
         (fg, job.join().unwrap_or_else(|_| Err("rebuild thread panicked".into())))
     });
-    let (fg, rebuild_secs) = (fg?, rebuilt?);
+    let (fg, (start, end)) = (fg?, window?);
     let _ = std::fs::remove_file(&sp);
-    // The foreground clock started a moment after t0; close enough at these durations.
+    let rebuild_secs = (end - start).as_secs_f64().max(f64::MIN_POSITIVE);
+    // Sample times re-based on the recovery's start (t = 0), as the timeline promises.
+    let shift = fg.origin.saturating_duration_since(start).as_secs_f64() - start.saturating_duration_since(fg.origin).as_secs_f64();
+    let samples: Vec<(f64, u64)> = fg.samples.iter().map(|&(t, ns)| (t + shift, ns)).filter(|&(t, _)| t >= 0.0).collect();
     let (mut during, mut after) = (LatHist::new(), LatHist::new());
     let (mut n_during, mut n_after) = (0u64, 0u64);
-    for &(t, ns) in &fg.samples {
+    let mut last_after = rebuild_secs;
+    for &(t, ns) in &samples {
         if t < rebuild_secs {
             during.record_ns(ns);
             n_during += 1;
         } else {
             after.record_ns(ns);
             n_after += 1;
+            last_after = last_after.max(t + ns as f64 * 1e-9);
         }
     }
-    let after_secs = (fg.io.secs - rebuild_secs).max(1e-9);
     let io = |ops: u64, secs: f64, hist: LatHist| Io { ops, bytes: ops * spec.block, secs, hist };
-    r.push("rebuild", "rebuilding", "randread", spec.block, threads, 0, &io(n_during, rebuild_secs, during));
-    r.push("rebuild", "after-rebuild", "randread", spec.block, threads, 0, &io(n_after, after_secs, after));
+    let too_short = |phase: &str, n: u64| {
+        format!(
+            "{n} random reads completed {phase} (fewer than {MIN_PHASE_OPS}): the rebuild of {} MiB took {:.1} ms; use a larger region (--size) to measure it",
+            sync_bytes >> 20,
+            rebuild_secs * 1e3
+        )
+    };
+    for (state, n, secs, hist, phase) in [("rebuilding", n_during, rebuild_secs, during, "during the rebuild"), ("after-rebuild", n_after, last_after - rebuild_secs, after, "after the rebuild")] {
+        if n >= MIN_PHASE_OPS && secs > 0.0 {
+            r.push("rebuild", state, "randread", spec.block, threads, 0, &io(n, secs, hist));
+        } else {
+            let reason = too_short(phase, n);
+            let m = r.push("rebuild", state, "randread", spec.block, threads, 0, &io(0, 0.0, LatHist::new()));
+            (m.secs, m.mb_per_s, m.iops, m.latency) = (0.0, 0.0, 0.0, None);
+            m.not_measured = Some(reason);
+        }
+    }
     r.push("rebuild", "rebuilding", "recovery", 0, 1, 0, &io(1, rebuild_secs, LatHist::new())).bytes = sync_bytes;
     if let Some(m) = r.out.measurements.last_mut() {
         m.mb_per_s = mb_per_s(sync_bytes, rebuild_secs);
         m.iops = 0.0;
     }
     let bucket = (rebuild_secs / 20.0).clamp(0.01, 0.25);
-    r.out.timelines.push(Timeline { target: r.label.clone(), rebuild_secs, bucket_secs: bucket, points: bucketed_p99(&fg.samples, bucket) });
+    r.out.timelines.push(Timeline { target: r.label.clone(), rebuild_secs, bucket_secs: bucket, points: bucketed_p99(&samples, bucket) });
     Ok(())
 }
 
@@ -727,7 +778,7 @@ pub fn peer_key(m: &Measurement) -> String {
 pub fn fill_peer_ratios(ms: &mut [Measurement]) {
     let peers: std::collections::HashMap<String, f64> =
         ms.iter().filter(|m| m.target == "peer" && m.state == "healthy").map(|m| (peer_key(m), m.mb_per_s)).collect();
-    for m in ms.iter_mut().filter(|m| m.target != "peer" && m.op != "recovery") {
+    for m in ms.iter_mut().filter(|m| m.target != "peer" && m.op != "recovery" && m.not_measured.is_none()) {
         m.peer_ratio = peers.get(&peer_key(m)).filter(|p| **p > 0.0).map(|p| m.mb_per_s / p);
     }
 }

@@ -54,6 +54,15 @@ fn every_workload_runs_and_the_report_is_complete() {
         for f in ["workload", "target", "state", "op", "block_bytes", "bytes", "secs", "mb_per_s", "iops"] {
             assert!(m.get(f).is_some(), "{f} missing in {m}");
         }
+        // A phase too short to measure says so, with a reason, and carries no numbers; every
+        // other row carries real ones. Never a zero dressed up as a measurement.
+        if let Some(why) = m.get("not_measured") {
+            assert!(why.as_str().is_some_and(|w| w.len() > 10), "{m}");
+            assert_eq!(m["bytes"].as_u64(), Some(0), "{m}");
+            assert!(m.get("latency").is_none_or(|l| l.is_null()), "{m}");
+            assert!(m["workload"] == "rebuild", "only a rebuild phase may go unmeasured: {m}");
+            continue;
+        }
         assert!(m["bytes"].as_u64().unwrap() > 0, "{m}");
         assert!(m["secs"].as_f64().unwrap() > 0.0, "{m}");
         assert!(m["mb_per_s"].as_f64().unwrap() > 0.0, "{m}");
@@ -69,6 +78,10 @@ fn every_workload_runs_and_the_report_is_complete() {
     assert!(has(&|m| m["target"] == "raid1" && m["state"] == "degraded-1" && m["op"] == "read"));
     assert!(!has(&|m| m["target"] == "raid0" && m["workload"] == "degraded"), "raid0 cannot degrade");
     assert!(has(&|m| m["target"] == "raid6" && m["state"] == "rebuilding" && m["op"] == "recovery"));
+    // The phase after the rebuild is delimited by events, so it is always measured.
+    for t in ["raid1", "raid6"] {
+        assert!(has(&|m| m["target"] == t && m["state"] == "after-rebuild" && m["op"] == "randread" && m.get("not_measured").is_none()), "{t} after-rebuild not measured");
+    }
     assert!(has(&|m| m["target"] == "peer" && m["op"] == "mixed-read" && m["readers"] == 2));
     assert!(has(&|m| m["target"] == "raid1" && m["workload"] == "throughput" && m["per_job"]["jobs"] == 2));
     assert!(has(&|m| m["target"] == "raid6" && m["workload"] == "rand" && m["peer_ratio"].as_f64().is_some_and(|r| r > 0.0)));

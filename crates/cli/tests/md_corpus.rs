@@ -8,12 +8,6 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn corpus_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("URAID_MD_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/md-corpus"));
-    dir.join("index.json").exists().then_some(dir)
-}
 
 fn uraid(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_uraid")).args(args).output().expect("run uraid")
@@ -52,13 +46,12 @@ struct Unpacked {
     paths: Vec<PathBuf>,
 }
 
-fn arrays() -> Vec<Unpacked> {
-    let Some(dir) = corpus_dir() else {
-        println!("md-corpus not found (set URAID_MD_CORPUS); nothing to check");
-        return vec![];
-    };
+/// Every corpus array unpacked, or `None` when the corpus is missing (the test is then
+/// recorded as skipped, or fails under CI).
+fn arrays(test: &str) -> Option<Vec<Unpacked>> {
+    let dir = uraid_testkit::require_shared(&uraid_testkit::MD_CORPUS, test)?;
     let index: Value = serde_json::from_slice(&std::fs::read(dir.join("index.json")).unwrap()).unwrap();
-    index["arrays"]
+    let all = index["arrays"]
         .as_array()
         .unwrap()
         .iter()
@@ -71,7 +64,8 @@ fn arrays() -> Vec<Unpacked> {
             let paths = unpack(&adir, &images, tmp.path());
             Unpacked { _tmp: tmp, manifest, paths }
         })
-        .collect()
+        .collect();
+    Some(all)
 }
 
 fn strs(paths: &[PathBuf]) -> Vec<&str> {
@@ -80,7 +74,8 @@ fn strs(paths: &[PathBuf]) -> Vec<&str> {
 
 #[test]
 fn examine_matches_mdadm_and_read_matches_sha256_for_every_corpus_array() {
-    let all = arrays();
+    let Some(all) = arrays("md_corpus::examine_matches_mdadm_and_read_matches_sha256_for_every_corpus_array") else { return };
+    assert!(!all.is_empty(), "the corpus index lists no arrays");
     for a in &all {
         let name = a.manifest["name"].as_str().unwrap();
         let before: Vec<String> = a.paths.iter().map(|p| file_sha(p)).collect();
@@ -158,8 +153,8 @@ fn assert_refused(args: &[&str], paths: &[PathBuf], expect: &str) {
 
 #[test]
 fn bad_input_is_refused_clearly_and_changes_nothing() {
-    let all = arrays();
-    let (Some(r5), Some(r6)) = (pick(&all, "raid5"), pick(&all, "raid6")) else { return };
+    let Some(all) = arrays("md_corpus::bad_input_is_refused_clearly_and_changes_nothing") else { return };
+    let (r5, r6) = (pick(&all, "raid5").expect("the corpus has a RAID5"), pick(&all, "raid6").expect("the corpus has a RAID6"));
 
     // Shuffled order still assembles by role.
     let mut shuffled = r5.paths.clone();

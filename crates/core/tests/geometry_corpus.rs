@@ -10,7 +10,7 @@
 //! this crate). Members are decompressed with the `zstd` binary into a temporary
 //! directory. Without a corpus the test says so and passes, so a bare checkout builds.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
@@ -18,13 +18,6 @@ use uraid_core::geometry::{ArraySpec, Geometry, Level, Placement, RoleKind, SECT
 
 const BLOCK_BYTES: u64 = 4096;
 
-fn corpus_dir() -> Option<PathBuf> {
-    let dir = match std::env::var_os("URAID_MD_CORPUS") {
-        Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/md-corpus"),
-    };
-    dir.join("index.json").is_file().then_some(dir)
-}
 
 /// The bytes md's array holds at `offset..offset + len` in corpus array `name`.
 fn expected_bytes(name: &str, offset: u64, len: usize) -> Vec<u8> {
@@ -372,8 +365,7 @@ fn check_parity(array: &CorpusArray) -> usize {
 
 #[test]
 fn corpus_arrays_map_like_md() {
-    let Some(corpus) = corpus_dir() else {
-        eprintln!("md corpus not found (set URAID_MD_CORPUS); skipping");
+    let Some(corpus) = uraid_testkit::require_shared(&uraid_testkit::MD_CORPUS, "geometry_corpus::corpus_arrays_map_like_md") else {
         return;
     };
     let index: Value =

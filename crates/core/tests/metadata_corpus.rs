@@ -15,10 +15,12 @@ use uraid_core::metadata::{
 };
 
 fn corpus_dir() -> PathBuf {
-    match std::env::var_os("URAID_MD_CORPUS") {
-        Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/md-corpus"),
-    }
+    uraid_testkit::MD_CORPUS.path()
+}
+
+/// False (and the test recorded as skipped, or failed under CI) when the corpus is missing.
+fn have_corpus(test: &str) -> bool {
+    uraid_testkit::require_shared(&uraid_testkit::MD_CORPUS, test).is_some()
 }
 
 struct Member {
@@ -242,6 +244,9 @@ fn check_assembly(array: &Array) {
 
 #[test]
 fn named_arrays_match_mdadm_examine() {
+    if !have_corpus("metadata_corpus::named_arrays_match_mdadm_examine") {
+        return;
+    }
     for name in ["raid4-4", "raid5-bitmap-4", "raid1-md0.90-2", "raid5-md1.0-4"] {
         let array = load_array(name);
         for member in &array.members {
@@ -253,6 +258,9 @@ fn named_arrays_match_mdadm_examine() {
 
 #[test]
 fn every_corpus_array_decodes_and_assembles() {
+    if !have_corpus("metadata_corpus::every_corpus_array_decodes_and_assembles") {
+        return;
+    }
     let names = all_array_names();
     assert!(!names.is_empty(), "no arrays under {}", corpus_dir().display());
     for name in names {
@@ -266,6 +274,9 @@ fn every_corpus_array_decodes_and_assembles() {
 
 #[test]
 fn internal_bitmap_of_raid5_bitmap_4() {
+    if !have_corpus("metadata_corpus::internal_bitmap_of_raid5_bitmap_4") {
+        return;
+    }
     let array = load_array("raid5-bitmap-4");
     for member in &array.members {
         let (sb, offset) = superblock_of(member);
@@ -289,6 +300,9 @@ fn internal_bitmap_of_raid5_bitmap_4() {
 
 #[test]
 fn stale_members_of_degraded_arrays_are_named() {
+    if !have_corpus("metadata_corpus::stale_members_of_degraded_arrays_are_named") {
+        return;
+    }
     let array = load_array("raid6-2missing-5");
     let candidates = candidates(&array);
     let assembly = assemble(&candidates, &AssembleOptions::default());
@@ -318,6 +332,9 @@ fn stale_members_of_degraded_arrays_are_named() {
 
 #[test]
 fn members_of_two_arrays_are_refused() {
+    if !have_corpus("metadata_corpus::members_of_two_arrays_are_refused") {
+        return;
+    }
     let mut mixed = candidates(&load_array("raid4-4"));
     mixed.extend(candidates(&load_array("raid1-2")));
     let assembly = assemble(&mixed, &AssembleOptions::default());
@@ -332,6 +349,9 @@ fn members_of_two_arrays_are_refused() {
 
 #[test]
 fn forgotten_member_needs_run() {
+    if !have_corpus("metadata_corpus::forgotten_member_needs_run") {
+        return;
+    }
     let all = candidates(&load_array("raid5-left-symmetric-4"));
     let three: Vec<Candidate> = all.iter().filter(|c| c.label != "disk2.img.zst").cloned().collect();
     let Decision::Refuse { reason } = assemble(&three, &AssembleOptions::default()).decision else {

@@ -231,6 +231,31 @@ fn disk_bitmap(m: &uraid_engine::MemMember) -> uraid_core::metadata::WriteIntent
 }
 
 #[test]
+fn an_unreadable_bitmap_is_refused_unless_forced_and_never_dropped_silently() {
+    use uraid_core::metadata::Superblock1;
+    use uraid_engine::{ArrayOptions, Member};
+    let made = make(&Shape::new(Level::Raid5, 4).bitmap(256 * 1024));
+    // Break the bitmap superblock's magic on every member.
+    for m in &made.members {
+        let mut sb = vec![0u8; 4096];
+        m.read_at(&mut sb, 4096).unwrap();
+        let at = 4096 + Superblock1::decode(&sb).unwrap().bitmap_offset_sectors().unwrap() as u64 * 512;
+        m.write_at(b"XXXX", at).unwrap();
+    }
+    let before: Vec<Vec<u8>> = made.members.iter().map(|m| m.snapshot()).collect();
+    let devs: Vec<std::sync::Arc<dyn Member>> = made.members.iter().map(|m| m.clone() as std::sync::Arc<dyn Member>).collect();
+    let mut opts = ArrayOptions { writable: true, ..Default::default() };
+    let err = Array::assemble(devs.clone(), &opts).err().expect("an unreadable bitmap must be refused");
+    let msg = err.to_string();
+    assert!(msg.contains("write-intent bitmap is unreadable") && msg.contains("--force") && msg.contains("m0"), "{msg}");
+    assert!(made.members.iter().zip(&before).all(|(m, b)| m.snapshot() == *b), "a refused assembly wrote to a member");
+    opts.assemble.force = true;
+    let (a, report) = Array::assemble(devs, &opts).expect("--force runs without the bitmap");
+    assert!(report.warnings.iter().any(|w| w.contains("running without it")), "{:?}", report.warnings);
+    a.close().unwrap();
+}
+
+#[test]
 fn write_intent_bitmap_marks_written_regions_before_writing_and_clears_when_clean() {
     for shape in [Shape::new(Level::Raid5, 4).bitmap(256 * 1024), Shape::new(Level::Raid1, 2).bitmap(256 * 1024)] {
         let made = make(&shape);
@@ -349,15 +374,22 @@ fn concurrent_recovery_regions_with_foreground_writes_rebuild_every_role() {
             a.fail_role(r).unwrap();
         }
         let rebuilding = std::sync::atomic::AtomicBool::new(true);
+        let started = std::sync::atomic::AtomicBool::new(false);
         let writes = std::thread::scope(|s| {
             let writer = s.spawn(|| {
                 let mut n = 0;
                 while rebuilding.load(std::sync::atomic::Ordering::Acquire) {
                     random_writes(&a, &mut model, &mut rng, 1);
+                    started.store(true, std::sync::atomic::Ordering::Release);
                     n += 1;
                 }
                 n
             });
+            // The recovery starts once the writer is writing, so they overlap on any machine
+            // (however quick the recovery, or slow the thread start).
+            while !started.load(std::sync::atomic::Ordering::Acquire) {
+                std::thread::yield_now();
+            }
             run_recovery(&a);
             rebuilding.store(false, std::sync::atomic::Ordering::Release);
             writer.join().unwrap()
@@ -405,12 +437,18 @@ fn hot_replace_copies_while_serving_and_survives_the_old_member_dying() {
             assert_eq!(a.pending_job(), Some(JobKind::Recovery), "{what}: no copy job");
             a.recovery_step(64).unwrap();
             let rebuilding = std::sync::atomic::AtomicBool::new(true);
+            let started = std::sync::atomic::AtomicBool::new(false);
             std::thread::scope(|s| {
                 let writer = s.spawn(|| {
                     while rebuilding.load(std::sync::atomic::Ordering::Acquire) {
                         random_writes(&a, &mut model, &mut rng, 1);
+                        started.store(true, std::sync::atomic::Ordering::Release);
                     }
                 });
+                // The copy goes on once the writer is writing, so they overlap on any machine.
+                while !started.load(std::sync::atomic::Ordering::Acquire) {
+                    std::thread::yield_now();
+                }
                 if old_dies {
                     a.recovery_step(256).unwrap();
                     a.fail_role(victim).unwrap();

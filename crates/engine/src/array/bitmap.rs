@@ -20,24 +20,37 @@ pub(super) struct BitmapState {
     pub resync: Option<WriteIntentBits>,
 }
 
-/// Reads the bitmap of a member whose superblock is `sb` at `sb_offset`.
-pub(super) fn load(member: &dyn crate::member::Member, sb: &Superblock, sb_offset: u64) -> Option<BitmapState> {
+/// Reads the bitmap of a member whose superblock is `sb` at `sb_offset`: `Ok(None)` when the
+/// superblock declares no bitmap, an error (in words, naming where) when it declares one that
+/// cannot be read or decoded. A declared bitmap is never dropped silently: without it a
+/// crash would be followed by a full resync at best, and md would later read whatever is
+/// there as the bitmap.
+pub(super) fn load(member: &dyn crate::member::Member, sb: &Superblock, sb_offset: u64) -> Result<Option<BitmapState>, String> {
     let rel_offset = match sb {
-        Superblock::V1(s) => i64::from(s.bitmap_offset_sectors()?) * 512,
+        Superblock::V1(s) => match s.bitmap_offset_sectors() {
+            Some(off) => i64::from(off) * 512,
+            None => return Ok(None),
+        },
         Superblock::V090(s) => {
             if !s.has_bitmap() {
-                return None;
+                return Ok(None);
             }
             4096
         }
     };
-    let at = sb_offset.checked_add_signed(rel_offset)?;
+    let at = sb_offset
+        .checked_add_signed(rel_offset)
+        .ok_or_else(|| format!("bitmap offset {rel_offset} from the superblock at byte {sb_offset} is outside the device"))?;
     let mut head = vec![0u8; 256];
-    member.read_at(&mut head, at).ok()?;
-    let bsb = BitmapSuperblock::decode(&head).ok()?;
-    let mut bits = vec![0u8; bsb.bits_len_bytes() as usize];
-    member.read_at(&mut bits, at + 256).ok()?;
-    let bits = WriteIntentBits::decode(&bsb, &bits).ok()?;
+    member.read_at(&mut head, at).map_err(|e| format!("bitmap superblock at byte {at}: {e}"))?;
+    let bsb = BitmapSuperblock::decode(&head).map_err(|e| format!("bitmap superblock at byte {at}: {e}"))?;
+    let bits_len = bsb.bits_len_bytes();
+    if at.checked_add(256).and_then(|x| x.checked_add(bits_len)).is_none_or(|end| end > member.size_bytes()) {
+        return Err(format!("bitmap at byte {at} claims {bits_len} bytes of bits, past the device end"));
+    }
+    let mut bits = vec![0u8; bits_len as usize];
+    member.read_at(&mut bits, at + 256).map_err(|e| format!("bitmap bits at byte {}: {e}", at + 256))?;
+    let bits = WriteIntentBits::decode(&bsb, &bits).map_err(|e| format!("bitmap bits at byte {}: {e}", at + 256))?;
     let events = sb.events();
     // md trusts the bitmap only if it is as new as the superblock; otherwise it resyncs all.
     let stale = bsb.events + 1 < events;
@@ -48,7 +61,7 @@ pub(super) fn load(member: &dyn crate::member::Member, sb: &Superblock, sb_offse
     } else {
         Some(bits.clone())
     };
-    Some(BitmapState { sb: bsb, bits, rel_offset, resync })
+    Ok(Some(BitmapState { sb: bsb, bits, rel_offset, resync }))
 }
 
 impl Array {

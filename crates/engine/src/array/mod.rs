@@ -302,9 +302,25 @@ impl Array {
             }
         }
         let cache = StripeCache::new(opts.stripe_cache_pages, raid_disks);
-        let bitmap_state = plan.members.iter().flatten().next().and_then(|&i| {
-            bitmap::load(devices[i].as_ref(), &candidates[plan.newest].superblock, sb_offsets[i])
-        });
+        let bitmap_state = match plan.members.iter().flatten().next() {
+            None => None,
+            Some(&i) => match bitmap::load(devices[i].as_ref(), &candidates[plan.newest].superblock, sb_offsets[i]) {
+                Ok(state) => state,
+                // Refused unless forced: without its bitmap the array would run with no
+                // record of where writes were in flight. With --force it runs without one
+                // and, if it was not clean, resyncs everything (what md does with no bitmap).
+                Err(why) if opts.assemble.force => {
+                    report.warnings.push(format!("{}: the write-intent bitmap is unreadable ({why}); running without it (--force)", devices[i].label()));
+                    None
+                }
+                Err(why) => {
+                    return Err(EngineError::Refused(format!(
+                        "{}: the write-intent bitmap is unreadable ({why}); use --force to run without it (a full resync if the array is not clean)",
+                        devices[i].label()
+                    )))
+                }
+            },
+        };
         let name = match &newest {
             Superblock::V1(sb) => {
                 let end = sb.set_name.iter().position(|&b| b == 0).unwrap_or(sb.set_name.len());

@@ -134,7 +134,7 @@ impl Array {
                 };
                 let content = content
                     .ok_or_else(|| EngineError::Failed(format!("stripes {first}..={last}: recovery could not read or rebuild them")))?;
-                debug_assert_eq!(content.len() as u64, n * SECTOR_BYTES);
+                assert_eq!(content.len() as u64, n * SECTOR_BYTES, "rebuilt region has the wrong length");
                 let written = write(&content, pos);
                 self.cache.recycle(content);
                 written

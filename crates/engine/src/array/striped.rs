@@ -85,8 +85,10 @@ pub(super) fn compute_parity_refs(roles: &StripeRoles, data: &[&[u8]], p: &mut [
             uraid_parity::gen_pq(&refs, p, q)
         }
     };
-    // Shapes are built here from one stripe; a mismatch is a bug, not bad input.
-    debug_assert!(result.is_ok(), "{result:?}");
+    // Shapes are built here from one stripe; a mismatch is a bug, not bad input. Checked in
+    // release builds too: on error the kernel has written nothing, and carrying on would put
+    // zero (or stale) parity on disk, to be found only when a member is lost.
+    assert!(result.is_ok(), "parity kernel refused the stripe's block shapes: {result:?}");
 }
 
 /// Rebuilds the data blocks listed in `missing` (and P/Q when `p_missing`/`q_missing`)
@@ -527,7 +529,8 @@ impl Array {
                 Some(q) => {
                     let slot = roles.q_exponents[w.data_index] as usize;
                     let r = uraid_parity::update_pq(slot, &[delta.as_slice()], &mut p[range.clone()], &mut q[range]);
-                    debug_assert!(r.is_ok(), "{r:?}");
+                    // Release builds too: a refused update would leave P and Q stale on disk.
+                    assert!(r.is_ok(), "parity kernel refused the read-modify-write shapes: {r:?}");
                 }
             }
         }

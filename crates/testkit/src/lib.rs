@@ -1,0 +1,108 @@
+//! Test-only helpers shared by every crate's tests.
+//!
+//! Why a crate: the checks that matter most (the real-md corpus, the md VM) depend on
+//! `../shared`, which a checkout may lack. A test that silently passes when its input is
+//! missing turns CI green while the check never ran. So every such test goes through
+//! [`require_shared`]:
+//! - with `CI` set, a missing input is a failure that names what is missing and where;
+//! - without `CI`, the test is reported as skipped: a `SKIPPED:` line on stdout and a line in
+//!   the skip ledger (`$URAID_SKIP_LEDGER`, set by `scripts/test`), which `scripts/test`
+//!   prints in its closing summary.
+#![forbid(unsafe_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// True when the `CI` environment variable is set to anything but empty, `0` or `false`
+/// (GitHub Actions, GitLab and this project's `.ci/run` environment all set `CI=true`).
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false"))
+}
+
+/// The workspace root (this crate lives in `crates/testkit`).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Records a skipped test: a `SKIPPED:` line, and a line in the ledger `scripts/test` reads.
+pub fn skip(test: &str, why: &str) {
+    println!("SKIPPED: {test}: {why}");
+    if let Some(ledger) = std::env::var_os("URAID_SKIP_LEDGER") {
+        // Appends of one short line are atomic enough between test processes; a lost line
+        // would only shorten the summary, never turn a failure into a pass.
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(ledger) {
+            let _ = writeln!(f, "{test}: {why}");
+        }
+    }
+}
+
+/// What a test needs from `../shared` (or the override in `env_override`), with the file
+/// that proves it is there.
+pub struct SharedInput {
+    /// e.g. `md-corpus`
+    pub name: &'static str,
+    /// An environment variable that points elsewhere, e.g. `URAID_MD_CORPUS`.
+    pub env_override: &'static str,
+    /// A file inside that must exist, e.g. `index.json`.
+    pub marker: &'static str,
+}
+
+/// The real-md corpus: arrays made by Linux md, with manifests.
+pub const MD_CORPUS: SharedInput = SharedInput { name: "md-corpus", env_override: "URAID_MD_CORPUS", marker: "index.json" };
+/// The md VM (real Linux md and mdadm in qemu).
+pub const MDVM: SharedInput = SharedInput { name: "mdvm", env_override: "MDVM_DIR", marker: "verify-images" };
+
+impl SharedInput {
+    /// Where it would be: the override, else `../shared/NAME` beside the workspace.
+    pub fn path(&self) -> PathBuf {
+        std::env::var_os(self.env_override).map(PathBuf::from).unwrap_or_else(|| workspace_root().join("../shared").join(self.name))
+    }
+}
+
+/// Why `input` cannot be used, or `None` when it is there.
+pub fn missing_reason(input: &SharedInput) -> Option<String> {
+    let dir = input.path();
+    (!dir.join(input.marker).exists()).then(|| {
+        format!(
+            "{} not found ({} missing at {}); put the project's shared/ folder beside the checkout or set {}",
+            input.name,
+            input.marker,
+            dir.display(),
+            input.env_override
+        )
+    })
+}
+
+/// The directory of `input`, or `None` after recording `test` as skipped. Under `CI` a
+/// missing input panics with a message that names it, where it was looked for and how to
+/// provide it.
+pub fn require_shared(input: &SharedInput, test: &str) -> Option<PathBuf> {
+    let Some(why) = missing_reason(input) else { return Some(input.path()) };
+    if in_ci() {
+        panic!("CI is set and this check cannot run: {why}");
+    }
+    skip(test, &why);
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_input_is_named_with_its_path_and_the_fix() {
+        let missing = SharedInput { name: "nothing-here", env_override: "URAID_TESTKIT_NO_SUCH_VAR", marker: "x" };
+        let why = missing_reason(&missing).expect("it is missing");
+        assert!(why.contains("nothing-here") && why.contains("shared/nothing-here") && why.contains("URAID_TESTKIT_NO_SUCH_VAR"), "{why}");
+        // A directory that exists with its marker is found.
+        let dir = std::env::temp_dir().join(format!("uraid-testkit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("x"), b"").unwrap();
+        // This variable is private to this test, so setting it races nothing.
+        std::env::set_var("URAID_TESTKIT_PRESENT_VAR", &dir);
+        let present = SharedInput { name: "present", env_override: "URAID_TESTKIT_PRESENT_VAR", marker: "x" };
+        assert_eq!(missing_reason(&present), None);
+        assert_eq!(require_shared(&present, "t"), Some(dir.clone()));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
