@@ -204,11 +204,13 @@ impl Stream {
         k * self.chunk
     }
 
+    /// The deadline never refuses the first request: a timed run on a host stalled past its
+    /// deadline (a slow or busy machine) still measures one request instead of none.
     fn next(&self, deadline: Option<Instant>) -> Option<u64> {
-        if deadline.is_some_and(|d| Instant::now() >= d) {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        if i > 0 && deadline.is_some_and(|d| Instant::now() >= d) {
             return None;
         }
-        let i = self.next.fetch_add(1, Ordering::Relaxed);
         if self.limit.is_some_and(|l| i >= l) {
             return None;
         }

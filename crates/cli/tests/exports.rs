@@ -22,6 +22,11 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_uraid");
 
+/// How long a test waits for something that must happen (a command to finish, a server to
+/// answer, a rebuild to end, a writer to make progress) before calling it hung. Only a hang
+/// reaches it, never a slow machine: no verdict here depends on speed.
+const HANG: Duration = Duration::from_secs(120);
+
 // ---------------------------------------------------------------------------------------
 // Environment checks
 // ---------------------------------------------------------------------------------------
@@ -118,7 +123,7 @@ fn run_limited(cmd: &str, args: &[&str], envs: &[(&str, &Path)], limit: Duration
 
 /// Runs a system tool; panics with its output unless it succeeds. Returns stdout.
 fn sh(cmd: &str, args: &[&str]) -> String {
-    let out = run_limited(cmd, args, &[], Duration::from_secs(120));
+    let out = run_limited(cmd, args, &[], HANG);
     assert!(out.status.success(), "{}", describe(cmd, args, &out));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -149,7 +154,7 @@ impl Env {
     }
 
     fn uraid_raw(&self, args: &[&str]) -> Output {
-        run_limited(BIN, args, &[("URAID_RUN_DIR", &self.run_dir)], Duration::from_secs(120))
+        run_limited(BIN, args, &[("URAID_RUN_DIR", &self.run_dir)], HANG)
     }
 
     /// Runs `uraid ARGS`, panicking with its output unless it succeeds; returns stdout.
@@ -198,8 +203,8 @@ impl Env {
             if self.uraid_raw(&["detail", name, "--json"]).status.success() {
                 return serve;
             }
-            if start.elapsed() > Duration::from_secs(20) {
-                panic!("uraid serve did not answer within 20 s:\n{}", serve.log_text());
+            if start.elapsed() > HANG {
+                panic!("uraid serve did not answer within {HANG:?} (hung):\n{}", serve.log_text());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -210,15 +215,10 @@ impl Env {
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("detail --json is not JSON ({e}): {out}"))
     }
 
-    /// Polls `uraid detail` until `done` holds; panics with the last status after `limit`.
-    fn wait_for(
-        &self,
-        name: &str,
-        what: &str,
-        limit: Duration,
-        serve: &mut Serve,
-        mut done: impl FnMut(&Value) -> bool,
-    ) -> Value {
+    /// Polls `uraid detail` until `done` holds; panics with the last status if that has not
+    /// happened after [`HANG`] (a hang guard, not a time budget).
+    fn wait_for(&self, name: &str, what: &str, serve: &mut Serve, mut done: impl FnMut(&Value) -> bool) -> Value {
+        let limit = HANG;
         let start = Instant::now();
         loop {
             if let Some(st) = serve.try_wait() {
@@ -230,7 +230,7 @@ impl Env {
             }
             if start.elapsed() > limit {
                 panic!(
-                    "{what}: not reached within {limit:?}; last `uraid detail {name} --json`:\n{}\nserve log:\n{}",
+                    "{what}: not reached within {limit:?} (hung); last `uraid detail {name} --json`:\n{}\nserve log:\n{}",
                     serde_json::to_string_pretty(&d).unwrap_or_default(),
                     serve.log_text()
                 );
@@ -250,7 +250,7 @@ impl Env {
     /// `uraid stop NAME`, then the serving process must exit 0.
     fn stop(&self, serve: &mut Serve) {
         self.uraid(&["stop", &serve.name]);
-        let st = serve.wait_exit(Duration::from_secs(30));
+        let st = serve.wait_exit(HANG);
         assert!(st.success(), "uraid serve exited {st} after stop:\n{}", serve.log_text());
     }
 }
@@ -273,6 +273,34 @@ fn fully_synced(d: &Value) -> bool {
         && d["missing_roles"].as_array().is_some_and(|m| m.is_empty())
         && in_sync == raid_disks
         && !recovering
+}
+
+/// A hot replace never degrades the array, whenever it is looked at: while the copy runs the
+/// old member serves (in_sync) and the new one is being written (replacing); once it is over
+/// the new one serves and the old one left ("replaced by"). Returns whether it is over.
+fn replace_serves(d: &Value, old: &Path, new: &Path) -> bool {
+    assert!(d["missing_roles"].as_array().is_some_and(|m| m.is_empty()), "hot replace degraded the array: {d}");
+    match (device_state(d, old).as_str(), device_state(d, new).as_str()) {
+        ("in_sync", "replacing") => false,
+        ("faulty", "in_sync") => {
+            let why = d["devices"].as_array().and_then(|v| v.iter().find(|x| x["device"] == p(old))).map(|x| x["failure"].clone());
+            assert!(why.as_ref().and_then(|w| w.as_str()).is_some_and(|w| w.starts_with("replaced by")), "why the old member left: {why:?}");
+            true
+        }
+        (o, n) => panic!("hot replace: old member {o}, new one {n}; one of them must serve the role: {d}"),
+    }
+}
+
+/// Whether every member's superblock (as the member files hold it now) says the array is
+/// active, i.e. dirty, all at the same event count: a crash now owes a resync.
+fn superblocks_say_dirty(env: &Env, members: &[PathBuf]) -> bool {
+    let mut args = vec!["examine", "--json"];
+    args.extend(members.iter().map(|m| p(m)));
+    let out = env.uraid(&args);
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("examine --json is not JSON ({e}): {out}"));
+    let sbs = v.as_array().unwrap_or_else(|| panic!("examine --json is not an array: {out}"));
+    assert_eq!(sbs.len(), members.len(), "examine --json: {out}");
+    sbs.iter().all(|e| e["state"] == "active" && e["events"] == sbs[0]["events"])
 }
 
 fn device_state(d: &Value, path: &Path) -> String {
@@ -309,10 +337,39 @@ impl Serve {
                 return st;
             }
             if start.elapsed() > limit {
-                panic!("uraid serve did not exit within {limit:?}:\n{}", self.log_text());
+                panic!("uraid serve did not exit within {limit:?} (hung):\n{}", self.log_text());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+    fn pid(&self) -> libc::pid_t {
+        self.child.as_ref().expect("uraid serve running").id() as libc::pid_t
+    }
+    /// SIGSTOP, and wait until every thread of it has stopped: frozen, it changes nothing on
+    /// its members until [`Serve::thaw`] or a kill.
+    fn freeze(&mut self) {
+        let pid = self.pid();
+        // SAFETY: `pid` is our own child, not yet reaped (`child` still holds it).
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0, "SIGSTOP uraid serve");
+        let start = Instant::now();
+        loop {
+            let mut status = 0;
+            // SAFETY: as above; `status` is a valid place for the result. WUNTRACED reports
+            // the stop once the whole thread group has stopped; std's own waits do not ask
+            // for stops, so this takes nothing from them.
+            let r = unsafe { libc::waitpid(pid, &mut status, libc::WUNTRACED | libc::WNOHANG) };
+            if r == pid && libc::WIFSTOPPED(status) {
+                return;
+            }
+            assert_eq!(r, 0, "uraid serve ended instead of stopping (wait status {status:#x}):\n{}", self.log_text());
+            assert!(start.elapsed() < HANG, "uraid serve did not stop within {HANG:?} of SIGSTOP (hung)");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    /// SIGCONT after [`Serve::freeze`].
+    fn thaw(&mut self) {
+        // SAFETY: as in `freeze`.
+        assert_eq!(unsafe { libc::kill(self.pid(), libc::SIGCONT) }, 0, "SIGCONT uraid serve");
     }
     /// `kill -9`, and reap it.
     fn kill9(&mut self) {
@@ -615,7 +672,7 @@ fn nbd_real_clients() {
     env.stop(&mut serve);
     let mut args = vec!["read".to_string()];
     args.extend([4, 2, 0, 3, 1].iter().map(|&i| p(&members[i]).to_string()));
-    let out = run_limited(BIN, &args.iter().map(String::as_str).collect::<Vec<_>>(), &[], Duration::from_secs(60));
+    let out = run_limited(BIN, &args.iter().map(String::as_str).collect::<Vec<_>>(), &[], HANG);
     assert!(out.status.success(), "{}", describe("uraid", &["read", "..."], &out));
     assert_eq!(out.stdout.len() as u64, size);
     assert_eq!(sha256(&out.stdout), want, "uraid read of the stopped members differs from the image");
@@ -646,8 +703,9 @@ struct FailureCase {
     spares: usize,
     /// (files written since the previous action, action), in order.
     schedule: &'static [(usize, Action)],
-    /// How long the writer goes on after the last action.
-    write_after_ms: u64,
+    /// Files the writer writes after the last action, at the least: it goes on until the
+    /// rebuild is over too, so it overlaps the whole rebuild on any machine.
+    write_after_files: usize,
 }
 
 fn fuse_failure_and_rebuild(case: &FailureCase) {
@@ -659,7 +717,8 @@ fn fuse_failure_and_rebuild(case: &FailureCase) {
     let members = env.create(case.level, &names, case.member_size, case.name, case.extra_create);
     let spares: Vec<PathBuf> = (0..case.spares).map(|i| env.spare(&format!("spare{i}.img"), &members[0])).collect();
     let fuse_dir = env.path("fuse");
-    // Rebuilds are throttled (20 MB/s) so they overlap with the writer.
+    // Rebuilds are throttled (20 MB/s) so they take a while; the writer is kept going until
+    // they are over, so it overlaps them whatever the machine's speed.
     let mut serve = env.serve(case.name, &members, &["--fuse", p(&fuse_dir), "--speed-max", "20000"]);
     let fuse = FuseGuard(fuse_dir.clone());
     let image = fuse_dir.join(format!("{}.img", case.name));
@@ -709,11 +768,7 @@ fn fuse_failure_and_rebuild(case: &FailureCase) {
         let start = Instant::now();
         while count.load(Ordering::Acquire) < last + at {
             assert!(writer_running(&writer), "writer stopped early");
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "writer too slow: {} files",
-                count.load(Ordering::Acquire)
-            );
+            assert!(start.elapsed() < HANG, "writer hung: no file for {HANG:?} after {}", count.load(Ordering::Acquire));
             std::thread::sleep(Duration::from_millis(2));
         }
         let done = count.load(Ordering::Acquire);
@@ -728,10 +783,9 @@ fn fuse_failure_and_rebuild(case: &FailureCase) {
             }
             Action::Replace(i, j) => {
                 env.uraid(&["replace", case.name, p(&members[i]), "--with", p(&spares[j]), "--no-wait"]);
-                let d = env.detail(case.name);
-                assert_eq!(device_state(&d, &members[i]), "in_sync", "replaced member serves during the copy: {d}");
-                assert!(d["missing_roles"].as_array().is_none_or(|m| m.is_empty()), "replace degraded the array: {d}");
-                println!("{}: replacing {} by spare{j} after {done} files", case.name, names[i]);
+                // The copy may already be over (a fast machine): checked in both orders.
+                let over = replace_serves(&env.detail(case.name), &members[i], &spares[j]);
+                println!("{}: replacing {} by spare{j} after {done} files (copy {})", case.name, names[i], if over { "already over" } else { "running" });
             }
             Action::Add(i) => {
                 env.uraid(&["add", case.name, p(&spares[i])]);
@@ -741,14 +795,28 @@ fn fuse_failure_and_rebuild(case: &FailureCase) {
         assert!(writer_running(&writer), "writer stopped during {action:?}");
         last = count.load(Ordering::Acquire);
     }
-    // Keep writing while the rebuild runs (it is throttled to 20 MB/s).
-    std::thread::sleep(Duration::from_millis(case.write_after_ms));
+    // Keep writing until the rebuild is over (and `write_after_files` more files are written):
+    // the writes overlap the whole rebuild, however fast or slow it is. Every status seen on
+    // the way must show a hot replace serving its role from one member or the other.
+    let replaces: Vec<(usize, usize)> =
+        case.schedule.iter().filter_map(|(_, a)| if let Action::Replace(i, j) = a { Some((*i, *j)) } else { None }).collect();
+    let mut copy_seen_running = false;
+    env.wait_for(case.name, "rebuild onto the spares, the writer still going", &mut serve, |d| {
+        assert!(writer_running(&writer), "writer stopped during the rebuild");
+        for &(i, j) in &replaces {
+            copy_seen_running |= !replace_serves(d, &members[i], &spares[j]);
+        }
+        fully_synced(d) && count.load(Ordering::Acquire) >= last + case.write_after_files
+    });
     stop.store(true, Ordering::Release);
     writer.join();
     let files: Manifest = written.lock().unwrap().iter().map(|(r, s, _)| (r.clone(), *s)).collect();
     println!("{}: {} files written, {} kept", case.name, count.load(Ordering::Acquire), files.len());
+    if !replaces.is_empty() {
+        println!("{}: copy {}", case.name, if copy_seen_running { "seen running in status" } else { "over before the first status" });
+    }
 
-    let d = env.wait_for(case.name, "rebuild onto the spares", Duration::from_secs(15), &mut serve, fully_synced);
+    let d = env.wait_for(case.name, "rebuild onto the spares", &mut serve, fully_synced);
     for s in &spares {
         assert_eq!(device_state(&d, s), "in_sync", "spare {} after the rebuild: {d}", s.display());
     }
@@ -806,7 +874,7 @@ fn fuse_loop_ext4_raid6_hot_replace_under_load() {
         extra_create: &[],
         spares: 1,
         schedule: &[(10, Action::Replace(2, 0))],
-        write_after_ms: 700,
+        write_after_files: 10,
     });
 }
 
@@ -820,7 +888,7 @@ fn fuse_loop_ext4_raid5_member_failure_and_rebuild() {
         extra_create: &[],
         spares: 1,
         schedule: &[(10, Action::Fail(1)), (10, Action::Add(0))],
-        write_after_ms: 700,
+        write_after_files: 10,
     });
 }
 
@@ -834,7 +902,7 @@ fn fuse_loop_ext4_raid6_two_member_failures_and_rebuild() {
         extra_create: &[],
         spares: 2,
         schedule: &[(8, Action::Fail(1)), (8, Action::Fail(3)), (8, Action::Add(0)), (4, Action::Add(1))],
-        write_after_ms: 700,
+        write_after_files: 10,
     });
 }
 
@@ -848,7 +916,7 @@ fn fuse_loop_ext4_raid10_member_failure_and_rebuild() {
         extra_create: &["--layout", "n2"],
         spares: 1,
         schedule: &[(10, Action::Fail(2)), (10, Action::Add(0))],
-        write_after_ms: 700,
+        write_after_files: 10,
     });
 }
 
@@ -930,12 +998,29 @@ fn crash_kill9_then_resync() {
             stop.clone(),
         )
     };
-    let start = Instant::now();
-    while count.load(Ordering::Acquire) < 12 {
-        assert!(writer.0.as_ref().is_some_and(|h| !h.is_finished()), "writer stopped early");
-        assert!(start.elapsed() < Duration::from_secs(30), "writer too slow");
-        std::thread::sleep(Duration::from_millis(2));
+    // kill -9 while the array is dirty, as a crash in the middle of writes leaves it. Left
+    // running, the server marks the array clean after 200 ms without a write, which a slow or
+    // busy machine can give it at any moment, and then no resync would be owed. So it is
+    // frozen (SIGSTOP) first, and killed only once every member's superblock says "active":
+    // frozen, it cannot mark the array clean between that check and the kill. Otherwise it
+    // is thawed, and tried again after a few more files.
+    let (start, mut want, mut tries) = (Instant::now(), 12, 0);
+    loop {
+        while count.load(Ordering::Acquire) < want {
+            assert!(writer.0.as_ref().is_some_and(|h| !h.is_finished()), "writer stopped early");
+            assert!(start.elapsed() < HANG, "writer hung: no file for {HANG:?} after {}", count.load(Ordering::Acquire));
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        serve.freeze();
+        tries += 1;
+        if superblocks_say_dirty(&env, &members) {
+            break;
+        }
+        serve.thaw();
+        // At least one more fsynced file (every third one is): the array is written again.
+        want = count.load(Ordering::Acquire) + 3;
     }
+    println!("{name}: array dirty at the kill (frozen {tries} time(s) to catch it so)");
     // kill -9 while holding the writer's list: whatever is in it was fsynced before the kill.
     let killed_at;
     {
@@ -956,7 +1041,8 @@ fn crash_kill9_then_resync() {
     drop(stack);
     drop(fuse);
 
-    // Serve again: the array was dirty, so it resyncs (throttled so it can be seen).
+    // Serve again: the array was dirty, so it resyncs (throttled so it can be seen; if it is
+    // over before the first status, the serve log says it ran).
     let fuse_dir2 = env.path("fuse2");
     let mut serve = env.serve(name, &members, &["--fuse", p(&fuse_dir2), "--speed-max", "20000"]);
     let fuse2 = FuseGuard(fuse_dir2.clone());
@@ -964,7 +1050,7 @@ fn crash_kill9_then_resync() {
     let log = serve.log.clone();
     let log_says_resync = || std::fs::read_to_string(&log).unwrap_or_default().contains("resync finished");
     let (mut saw_resync, mut seen_running) = (false, false);
-    env.wait_for(name, "resync after the crash", Duration::from_secs(30), &mut serve, |d| {
+    env.wait_for(name, "resync after the crash", &mut serve, |d| {
         seen_running |= d["job"]["kind"] == "resync";
         saw_resync |= seen_running || log_says_resync();
         saw_resync && fully_synced(d)
@@ -973,13 +1059,13 @@ fn crash_kill9_then_resync() {
         "{name}: resync {} after restart",
         if seen_running { "seen running in status" } else { "reported in the serve log" }
     );
-    env.wait_for(name, "clean state after the resync", Duration::from_secs(10), &mut serve, |d| d["state"] == "clean");
+    env.wait_for(name, "clean state after the resync", &mut serve, |d| d["state"] == "clean");
 
     // fsck: replaying the journal (and fixing what the crash left) is allowed once, then the
     // filesystem must be clean; every file made durable before the kill is intact.
     let image2 = fuse_dir2.join(format!("{name}.img"));
     let mut lo = LoopGuard::attach(&image2);
-    let fsck = run_limited("e2fsck", &["-fy", lo.dev()], &[], Duration::from_secs(60));
+    let fsck = run_limited("e2fsck", &["-fy", lo.dev()], &[], HANG);
     let code = fsck.status.code().unwrap_or(-1);
     println!("{name}: e2fsck -fy exit {code}\n{}", String::from_utf8_lossy(&fsck.stdout));
     assert!((0..4).contains(&code), "{}", describe("e2fsck", &["-fy", lo.dev()], &fsck));

@@ -8,7 +8,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use uraid_core::geometry::Level;
 use uraid_engine::{MemMember, Member};
 use uraid_fuse::{mount, FuseError, UnmountOutcome};
@@ -16,6 +16,10 @@ use uraid_fuse::{mount, FuseError, UnmountOutcome};
 fn mem_members(n: usize, bytes: usize, tag: &str) -> Vec<Arc<dyn Member>> {
     (0..n).map(|i| Arc::new(MemMember::zeroed(format!("{tag}{i}"), bytes)) as Arc<dyn Member>).collect()
 }
+
+/// How long a test waits for something that must happen before calling it hung: far beyond
+/// any machine's slowness, so it never decides a verdict by speed.
+const HANG_GUARD: Duration = Duration::from_secs(60);
 
 fn errno(e: &std::io::Error) -> i32 {
     e.raw_os_error().unwrap_or(-1)
@@ -218,13 +222,15 @@ fn stop_flag_and_drop_unmount() {
         .open(dir.path().join("a"))
         .and_then(|f| f.write_all_at(b"hello", 0))
         .expect("write through fuse");
-    let waiter = std::thread::spawn(move || m.wait());
-    std::thread::sleep(Duration::from_millis(100));
-    let t = Instant::now();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || tx.send(m.wait()).expect("send the outcome"));
+    // Nothing but the stop flag (or an external unmount) may end the wait.
+    assert!(!waiter.is_finished(), "wait() returned before the stop flag was set");
+    assert!(is_mount_point(dir.path()));
     stop.store(true, Ordering::Release);
-    let outcome = waiter.join().expect("join").expect("wait");
-    assert_eq!(outcome, UnmountOutcome::Clean);
-    assert!(t.elapsed() < Duration::from_secs(3), "stop took {:?}", t.elapsed());
+    let outcome = rx.recv_timeout(HANG_GUARD).unwrap_or_else(|_| panic!("the stop flag did not end the mount within {HANG_GUARD:?}: hung"));
+    waiter.join().expect("join");
+    assert_eq!(outcome.expect("wait"), UnmountOutcome::Clean);
     assert!(!is_mount_point(dir.path()));
     let mut five = [0u8; 5];
     array.read(0, &mut five).expect("read");
@@ -242,9 +248,15 @@ fn stop_flag_and_drop_unmount() {
     let stop = Arc::new(AtomicBool::new(false));
     let m = mount(dir.path(), vec![("a".into(), array.clone())], stop).expect("mount busy");
     let held = File::open(dir.path().join("a")).expect("open");
-    let t = Instant::now();
-    drop(m);
-    assert!(t.elapsed() < Duration::from_secs(3), "drop of a busy mount took {:?}", t.elapsed());
+    // `held` stays open until after the drop returns, so a drop that waited for it to close
+    // would never return: the hang guard, not a time budget, tells.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let dropper = std::thread::spawn(move || {
+        drop(m);
+        tx.send(()).expect("send");
+    });
+    rx.recv_timeout(HANG_GUARD).unwrap_or_else(|_| panic!("drop of a busy mount did not return within {HANG_GUARD:?}: hung"));
+    dropper.join().expect("join");
     assert!(!is_mount_point(dir.path()));
     let mut again = [0u8; 5];
     held.read_exact_at(&mut again, 0).expect("read through a detached mount");

@@ -53,14 +53,16 @@ fn sha256_file(p: &Path) -> [u8; 32] {
     Sha256::digest(&data).into()
 }
 
-/// Unmounts the FUSE export, retrying while a just-detached loop device lets go of it.
+/// Unmounts the FUSE export, retrying while a just-detached loop device lets go of it (the
+/// kernel releases the file asynchronously). Still busy after a minute is a hang, not a slow
+/// machine.
 fn unmount_fuse(m: &mut FuseMount) -> UnmountOutcome {
+    const HANG_GUARD: Duration = Duration::from_secs(60);
     let start = Instant::now();
     loop {
         match m.unmount() {
-            Err(FuseError::Busy(_)) if start.elapsed() < Duration::from_secs(10) => {
-                std::thread::sleep(Duration::from_millis(50))
-            }
+            Err(FuseError::Busy(_)) if start.elapsed() < HANG_GUARD => std::thread::sleep(Duration::from_millis(50)),
+            Err(FuseError::Busy(dir)) => panic!("{} still busy {HANG_GUARD:?} after the loop device was detached: hung", dir.display()),
             other => return other.expect("unmount FUSE"),
         }
     }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{raid5, Rng, Running, Sock};
+use common::{raid5, Rng, Running, Sock, HANG_GUARD};
 use std::collections::HashMap;
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -249,7 +249,9 @@ fn read_only_export_refuses_writes() {
 
 #[test]
 fn malformed_clients_are_disconnected_and_the_server_survives() {
-    let config = ServerConfig { handshake_timeout: Duration::from_millis(500), poll_interval: Duration::from_millis(20), ..Default::default() };
+    // A handshake deadline far beyond the hang guard: every close below is the server's answer
+    // to the violation (never the deadline), and no well-behaved client is too slow for it.
+    let config = ServerConfig { handshake_timeout: Duration::from_secs(3600), poll_interval: Duration::from_millis(20), ..Default::default() };
     let server = Running::start_with("127.0.0.1:0", vec![export("m")], config);
 
     // Bad request magic in transmission.
@@ -271,13 +273,6 @@ fn malformed_clients_are_disconnected_and_the_server_survives() {
     s.write_all(&ClientFlags(0x8000_0001).encode()).expect("send");
     assert!(s.is_closed());
 
-    // A client that says nothing is dropped at the handshake deadline.
-    let t = Instant::now();
-    let mut s = Sock::connect(&server.addr);
-    s.read_n(GREETING_LEN);
-    assert!(s.is_closed());
-    assert!(t.elapsed() < Duration::from_secs(5), "handshake time-out took {:?}", t.elapsed());
-
     // Garbage of every sort, then a well-behaved client still works.
     let mut rng = Rng::new(77);
     for _ in 0..20 {
@@ -289,6 +284,21 @@ fn malformed_clients_are_disconnected_and_the_server_survives() {
     let (mut s, _, _) = Sock::open(&server.addr, "m");
     assert_eq!(s.write_at(0, b"alive", false), 0);
     assert_eq!(s.read_at(0, 5).expect("read"), b"alive");
+
+    // A client that says nothing is dropped at the handshake deadline (a short one, on a
+    // server of its own): closed at all (not left open until our read time-out, the hang
+    // guard), and not before the deadline (which runs from the accept, after our connect),
+    // so it was the deadline that dropped it.
+    let config = ServerConfig { handshake_timeout: Duration::from_millis(500), poll_interval: Duration::from_millis(20), ..Default::default() };
+    let quick = Running::start_with("127.0.0.1:0", vec![export("q")], config);
+    let t = Instant::now();
+    let mut s = Sock::connect(&quick.addr);
+    s.read_n(GREETING_LEN);
+    assert!(s.is_closed(), "a silent client was still connected after {HANG_GUARD:?}");
+    assert!(t.elapsed() >= Duration::from_millis(500), "dropped after {:?}, before the 500 ms handshake deadline", t.elapsed());
+    // The server goes on accepting and greeting clients (reading the greeting needs no
+    // race against the deadline).
+    Sock::connect(&quick.addr).read_n(GREETING_LEN);
 }
 
 /// Many requests in flight on one connection; replies come back in completion order and
@@ -377,16 +387,20 @@ fn writes_on_one_connection_visible_and_flushed_from_another() {
     assert_eq!(b.read_at(8192, 6).expect("read"), b"from a");
 }
 
+/// Stop does not wait for connected clients: neither for an idle one to disconnect nor for
+/// a half-open one's handshake deadline. Both would be forever here (the deadline is an
+/// hour, the clients stay until the end), so waiting for either is a hang that `stop`'s
+/// hang guard reports, whatever the machine's speed.
 #[test]
 fn stop_is_prompt_with_clients_connected() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut server = Running::start(&unix_addr(&dir), vec![export("s")]);
+    let config = ServerConfig { handshake_timeout: Duration::from_secs(3600), poll_interval: Duration::from_millis(20), ..Default::default() };
+    let mut server = Running::start_with(&unix_addr(&dir), vec![export("s")], config);
     let (mut idle, _, _) = Sock::open(&server.addr, "s");
     let mut half = Sock::connect(&server.addr);
     half.greet(); // stuck in the handshake
     assert_eq!(idle.write_at(0, b"x", false), 0);
-    let took = server.stop();
-    assert!(took < Duration::from_secs(2), "stop took {took:?}");
+    server.stop();
     assert!(idle.is_closed());
     assert!(half.is_closed());
 }

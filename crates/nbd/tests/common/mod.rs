@@ -8,7 +8,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use uraid_core::geometry::Level;
 use uraid_core::metadata::create::{plan_create, CreateRequest, InitialSync, NewDevice};
 use uraid_core::metadata::sb1::MdTime;
@@ -45,6 +45,10 @@ pub fn raid5(name: &str) -> Arc<Array> {
     array(Level::Raid5, 4, 4 << 20, name)
 }
 
+/// How long a test waits for something that must happen (a reply, a close, a stop) before
+/// calling it hung: far beyond any machine's slowness, so it never decides a verdict by speed.
+pub const HANG_GUARD: Duration = Duration::from_secs(60);
+
 /// A server on its own thread; stopped and joined on drop.
 pub struct Running {
     pub addr: String,
@@ -55,7 +59,13 @@ pub struct Running {
 
 impl Running {
     pub fn start(addr: &str, exports: Vec<Export>) -> Running {
-        let config = ServerConfig { poll_interval: Duration::from_millis(20), ..Default::default() };
+        // A handshake deadline far beyond the hang guard, so no client, however slow the
+        // machine, races it (the deadline has its own test, with its own short one).
+        let config = ServerConfig {
+            handshake_timeout: Duration::from_secs(3600),
+            poll_interval: Duration::from_millis(20),
+            ..Default::default()
+        };
         Running::start_with(addr, exports, config)
     }
     pub fn start_with(addr: &str, exports: Vec<Export>, config: ServerConfig) -> Running {
@@ -67,20 +77,27 @@ impl Running {
         let thread = Some(std::thread::spawn(move || server.run()));
         Running { addr, uris, stop, thread }
     }
-    /// Sets `stop` and waits for the server; returns how long that took.
-    pub fn stop(&mut self) -> Duration {
-        let t = std::time::Instant::now();
+    /// Sets `stop` and waits for the server thread to return; panics if it has not after
+    /// [`HANG_GUARD`] (a stop that waits for clients to leave hangs, it is never just slow).
+    pub fn stop(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(h) = self.thread.take() {
+            let start = Instant::now();
+            while !h.is_finished() {
+                assert!(start.elapsed() < HANG_GUARD, "the server did not stop within {HANG_GUARD:?}: hung");
+                std::thread::sleep(Duration::from_millis(5));
+            }
             h.join().expect("server thread").expect("server result");
         }
-        t.elapsed()
     }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        if self.thread.is_some() {
+        if std::thread::panicking() {
+            // A failing test: tell the server to stop, but do not wait (or panic) again.
+            self.stop.store(true, Ordering::Release);
+        } else if self.thread.is_some() {
             self.stop();
         }
     }
@@ -118,7 +135,8 @@ impl Sock {
             Some(p) => Sock::Unix(UnixStream::connect(p).expect("connect unix")),
             None => Sock::Tcp(TcpStream::connect(addr).expect("connect tcp")),
         };
-        s.set_timeout(Duration::from_secs(20));
+        // Only a hang guard: every read waits for its event, at most this long.
+        s.set_timeout(HANG_GUARD);
         s
     }
     pub fn set_timeout(&self, t: Duration) {
@@ -138,7 +156,8 @@ impl Sock {
         self.read_exact(&mut b).expect("read");
         b
     }
-    /// True if the server closed the connection (EOF or reset) within the time-out.
+    /// True if the server closed the connection (EOF or reset) within the read time-out
+    /// ([`HANG_GUARD`] unless set otherwise).
     pub fn is_closed(&mut self) -> bool {
         let mut b = [0u8; 1];
         match self.read(&mut b) {
