@@ -96,8 +96,11 @@ pub(crate) fn build(dir: &Path, level: Level, n: usize, chunk: u32, data_bytes: 
     }
     req.initial_sync = InitialSync::AssumeClean;
     let plan = plan_create(&req).map_err(|e| e.to_string())?;
-    let members: Vec<Arc<dyn Member>> =
-        paths.iter().map(|p| FileMember::open(p, true).map(|m| Arc::new(m) as Arc<dyn Member>)).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+    let members: Vec<Arc<dyn Member>> = paths
+        .iter()
+        .map(|p| FileMember::open(p, true).map(|m| Arc::new(m) as Arc<dyn Member>))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
     let opt: Vec<Option<Arc<dyn Member>>> = members.iter().cloned().map(Some).collect();
     uraid_engine::create::write_plan(&plan, &opt, &[]).map_err(|e| e.to_string())?;
     let (array, _) = Array::assemble(members, &ArrayOptions { writable: true, ..Default::default() }).map_err(|e| e.to_string())?;
@@ -274,7 +277,8 @@ fn time_recovery(a: &Array, survivors: &[PathBuf], spare: &Path, member_bytes: u
     // onto: the rebuild is timed writing to a device, not growing a sparse file (on tmpfs
     // that would add zeroing fresh pages, which no disk pays).
     let f = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(spare).map_err(|e| e.to_string())?;
-    rustix::fs::fallocate(&f, rustix::fs::FallocateFlags::empty(), 0, member_bytes).map_err(|e| format!("{}: fallocate: {e}", spare.display()))?;
+    rustix::fs::fallocate(&f, rustix::fs::FallocateFlags::empty(), 0, member_bytes)
+        .map_err(|e| format!("{}: fallocate: {e}", spare.display()))?;
     drop(f);
     let member: Arc<dyn Member> = Arc::new(FileMember::open(spare, true).map_err(|e| e.to_string())?);
     a.add_device(member, [0x55; 16]).map_err(|e| e.to_string())?;

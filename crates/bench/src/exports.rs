@@ -110,7 +110,13 @@ pub fn run(cfg: &ExportsConfig, progress: &mut dyn FnMut(&str)) -> Result<Vec<Ex
         };
         let mbs = io.bytes as f64 / io.secs.max(1e-9) / 1e6;
         in_process.push(mbs);
-        out.push(ExportRecord { job: job.name.into(), path: "in-process".into(), mb_per_s: mbs, iops: io.ops as f64 / io.secs.max(1e-9), vs_in_process: None });
+        out.push(ExportRecord {
+            job: job.name.into(),
+            path: "in-process".into(),
+            mb_per_s: mbs,
+            iops: io.ops as f64 / io.secs.max(1e-9),
+            vs_in_process: None,
+        });
     }
     let stop = Arc::new(AtomicBool::new(false));
     let sock = cfg.dir.join("nbd.sock");
@@ -123,14 +129,24 @@ pub fn run(cfg: &ExportsConfig, progress: &mut dyn FnMut(&str)) -> Result<Vec<Ex
     std::fs::create_dir_all(&mnt).map_err(|e| e.to_string())?;
     let fuse = uraid_fuse::mount(&mnt, vec![("bench.img".into(), array.clone())], stop.clone());
     let plain = cfg.dir.join("plain.img");
-    let _ = fio(&fio_args(&JOBS[0], &[format!("--filename={}", plain.display()), "--ioengine=psync".into()], region, Duration::from_secs(1), false));
+    let _ = fio(&fio_args(
+        &JOBS[0],
+        &[format!("--filename={}", plain.display()), "--ioengine=psync".into()],
+        region,
+        Duration::from_secs(1),
+        false,
+    ));
     let mut paths: Vec<(&str, Vec<String>, bool)> = vec![(
         "nbd",
         vec!["--ioengine=nbd".into(), format!("--uri=nbd+unix:///bench?socket={}", sock.display()), "--iodepth=4".into()],
         false,
     )];
     match &fuse {
-        Ok(_) => paths.push(("fuse", vec![format!("--filename={}", mnt.join("bench.img").display()), "--ioengine=psync".into(), "--direct=1".into()], true)),
+        Ok(_) => paths.push((
+            "fuse",
+            vec![format!("--filename={}", mnt.join("bench.img").display()), "--ioengine=psync".into(), "--direct=1".into()],
+            true,
+        )),
         Err(e) => progress(&format!("FUSE unavailable ({e}); no FUSE rows")),
     }
     paths.push(("plain-file", vec![format!("--filename={}", plain.display()), "--ioengine=psync".into()], true));

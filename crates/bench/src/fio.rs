@@ -34,7 +34,12 @@ fn header(workload: &str, what: &str, c: &ConfigRecord) -> String {
 fn seq_sections(c: &ConfigRecord, out: &mut String, prefix: &str, blocks: &[u64]) {
     for &b in blocks {
         for rw in ["write", "read"] {
-            let _ = write!(out, "\n[{prefix}{rw}-{bs}]\nstonewall\nrw={rw}\nbs={bs}\nioengine=psync\nruntime={ms}ms\n", bs = size_label(b), ms = c.time_per_point_ms);
+            let _ = write!(
+                out,
+                "\n[{prefix}{rw}-{bs}]\nstonewall\nrw={rw}\nbs={bs}\nioengine=psync\nruntime={ms}ms\n",
+                bs = size_label(b),
+                ms = c.time_per_point_ms
+            );
             if rw == "write" {
                 out.push_str("end_fsync=1\n");
             }
@@ -86,8 +91,19 @@ pub fn write_jobs(dir: &Path, c: &ConfigRecord) -> Result<(), String> {
     }
     files.push(("mixed", s));
 
-    let mut s = header("throughput", "iozone -t style: every job writes, rewrites, reads, re-reads, random-reads and random-writes its own region", c);
-    for (name, rw) in [("initial-write", "write"), ("rewrite", "write"), ("read", "read"), ("reread", "read"), ("randread", "randread"), ("randwrite", "randwrite")] {
+    let mut s = header(
+        "throughput",
+        "iozone -t style: every job writes, rewrites, reads, re-reads, random-reads and random-writes its own region",
+        c,
+    );
+    for (name, rw) in [
+        ("initial-write", "write"),
+        ("rewrite", "write"),
+        ("read", "read"),
+        ("reread", "read"),
+        ("randread", "randread"),
+        ("randwrite", "randwrite"),
+    ] {
         let _ = write!(
             s,
             "\n[{name}]\nstonewall\nrw={rw}\nbs={}\nnumjobs={}\nsize={}\noffset_increment={}\nioengine=psync\n",
@@ -104,7 +120,11 @@ pub fn write_jobs(dir: &Path, c: &ConfigRecord) -> Result<(), String> {
     rand_sections(c, &mut s, "degraded-");
     files.push(("degraded", s));
 
-    let mut s = header("rebuild", "random reads while a spare is rebuilt. Start: uraid add NAME spare.img; stop fio when uraid status shows the rebuild done", c);
+    let mut s = header(
+        "rebuild",
+        "random reads while a spare is rebuilt. Start: uraid add NAME spare.img; stop fio when uraid status shows the rebuild done",
+        c,
+    );
     let _ = write!(
         s,
         "\n[rebuild-randread]\nstonewall\nrw=randread\nbs={}\nioengine=libaio\nnumjobs={}\niodepth={}\ntime_based\nruntime=600s\n; latency over time, 100 ms averages, like the report's rebuild-latency plot\nwrite_lat_log=rebuild\nlog_avg_msec=100\npercentile_list=50:99:99.9\n",

@@ -12,14 +12,8 @@ use std::sync::OnceLock;
 type XorGen = unsafe extern "C" fn(vects: c_int, len: c_int, array: *mut *mut c_void) -> c_int;
 type PqGen = unsafe extern "C" fn(vects: c_int, len: c_int, array: *mut *mut c_void) -> c_int;
 type EcInitTables = unsafe extern "C" fn(k: c_int, rows: c_int, a: *mut c_uchar, gftbls: *mut c_uchar);
-type EcEncodeData = unsafe extern "C" fn(
-    len: c_int,
-    k: c_int,
-    rows: c_int,
-    gftbls: *mut c_uchar,
-    data: *mut *mut c_uchar,
-    coding: *mut *mut c_uchar,
-);
+type EcEncodeData =
+    unsafe extern "C" fn(len: c_int, k: c_int, rows: c_int, gftbls: *mut c_uchar, data: *mut *mut c_uchar, coding: *mut *mut c_uchar);
 
 /// The ISA-L entry points uraid compares itself with.
 pub struct Isal {

@@ -22,7 +22,11 @@ impl Machine {
     pub fn probe() -> Machine {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let field = |name: &str| {
-            cpuinfo.lines().find(|l| l.split(':').next().is_some_and(|k| k.trim() == name)).and_then(|l| l.split_once(':')).map(|(_, v)| v.trim().to_string())
+            cpuinfo
+                .lines()
+                .find(|l| l.split(':').next().is_some_and(|k| k.trim() == name))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
         };
         let flags = field("flags").unwrap_or_default();
         let have: Vec<&str> = flags.split_whitespace().collect();
@@ -62,7 +66,8 @@ pub fn fs_type(dir: &Path) -> String {
         .lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() > 2 && (d == f[1] || d.starts_with(&format!("{}/", f[1].trim_end_matches('/'))))).then(|| (f[1].len(), f[2].to_string()))
+            (f.len() > 2 && (d == f[1] || d.starts_with(&format!("{}/", f[1].trim_end_matches('/')))))
+                .then(|| (f[1].len(), f[2].to_string()))
         })
         .max()
         .map_or("unknown".into(), |b| b.1)
@@ -118,7 +123,12 @@ pub fn parity_kernels() -> Vec<KernelChoice> {
     uraid_parity::selection()
         .choices
         .iter()
-        .map(|c| KernelChoice { op: c.op.name().to_string(), size: c.size.name().to_string(), kernel: c.kernel.name.to_string(), forced: c.forced })
+        .map(|c| KernelChoice {
+            op: c.op.name().to_string(),
+            size: c.size.name().to_string(),
+            kernel: c.kernel.name.to_string(),
+            forced: c.forced,
+        })
         .collect()
 }
 

@@ -254,9 +254,8 @@ fn time_calls(pool: &mut [BenchStripe], budget: Duration, bytes_per_call: usize,
 /// Runs the bench; `progress` gets a line per shape.
 pub fn run(cfg: &ParityBenchConfig, progress: &mut dyn FnMut(&str)) -> Vec<Record> {
     let sel = selection();
-    let kernels: Vec<&Kernel> = dispatch::supported_kernels()
-        .filter(|k| cfg.kernels.is_empty() || cfg.kernels.iter().any(|n| n == k.name))
-        .collect();
+    let kernels: Vec<&Kernel> =
+        dispatch::supported_kernels().filter(|k| cfg.kernels.is_empty() || cfg.kernels.iter().any(|n| n == k.name)).collect();
     let lib = isal().ok();
     let mut records = Vec::new();
     let mut shapes = Vec::new();
@@ -273,14 +272,7 @@ pub fn run(cfg: &ParityBenchConfig, progress: &mut dyn FnMut(&str)) -> Vec<Recor
     for (i, &(cold, len, n)) in shapes.iter().enumerate() {
         let stripe_bytes = (n + 2) * len;
         let count = if cold { cfg.cold_working_set_bytes.div_ceil(stripe_bytes) } else { 1 };
-        progress(&format!(
-            "[{}/{}] {} data × {} KiB, {}",
-            i + 1,
-            shapes.len(),
-            n,
-            len / 1024,
-            if cold { "cold" } else { "warm" }
-        ));
+        progress(&format!("[{}/{}] {} data × {} KiB, {}", i + 1, shapes.len(), n, len / 1024, if cold { "cold" } else { "warm" }));
         let mut pool: Vec<BenchStripe> = (0..count).map(|s| BenchStripe::new(n, len, s as u8)).collect();
         let working_set_bytes = count * stripe_bytes;
         let data_bytes = n * len;
@@ -365,7 +357,8 @@ pub fn render(records: &[Record], cold_working_set_bytes: usize) -> String {
                     kernels.push(&r.kernel);
                 }
             }
-            let find = |k: &str, s: &(usize, usize)| recs.iter().find(|r| r.op == op && r.kernel == k && (r.block_bytes, r.data_blocks) == *s);
+            let find =
+                |k: &str, s: &(usize, usize)| recs.iter().find(|r| r.op == op && r.kernel == k && (r.block_bytes, r.data_blocks) == *s);
             for k in &kernels {
                 let chosen = recs.iter().any(|r| r.op == op && r.kernel == *k && r.chosen);
                 let mut row = vec![Cell::new(op), Cell::new(format!("{}{}", k, if chosen { " *" } else { "" }))];

@@ -26,8 +26,13 @@ pub fn ensure_font() -> Result<String, String> {
             }
         }
         candidates.extend(
-            ["/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf", "/usr/share/fonts/TTF/DejaVuSans.ttf", "/usr/share/fonts/dejavu/DejaVuSans.ttf"]
-                .map(String::from),
+            [
+                "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+                "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+                "/usr/share/fonts/TTF/DejaVuSans.ttf",
+                "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+            ]
+            .map(String::from),
         );
         for c in candidates {
             if let Ok(bytes) = std::fs::read(&c) {
@@ -47,7 +52,15 @@ fn err<E: std::fmt::Debug>(e: E) -> String {
     format!("plot: {e:?}")
 }
 
-fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, title: &str, x_label: &str, y_label: &str, x_fmt: &dyn Fn(&f64) -> String, x_ticks: usize, series: &[Series]) -> Result<(), String>
+fn draw<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    x_fmt: &dyn Fn(&f64) -> String,
+    x_ticks: usize,
+    series: &[Series],
+) -> Result<(), String>
 where
     DB::ErrorType: 'static,
 {
@@ -105,7 +118,15 @@ where
 }
 
 /// Writes `stem.png` and `stem.svg`.
-pub fn line_chart(stem: &Path, title: &str, x_label: &str, y_label: &str, x_fmt: &dyn Fn(&f64) -> String, x_ticks: usize, series: &[Series]) -> Result<(), String> {
+pub fn line_chart(
+    stem: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    x_fmt: &dyn Fn(&f64) -> String,
+    x_ticks: usize,
+    series: &[Series],
+) -> Result<(), String> {
     ensure_font()?;
     let png = stem.with_extension("png");
     let svg = stem.with_extension("svg");
@@ -122,12 +143,18 @@ pub fn report_plots(r: &Report, dir: &Path) -> Result<Vec<String>, String> {
         .iter()
         .map(|op| Series {
             name: format!("peer {op}"),
-            points: r.measurements.iter().filter(|m| m.target == "peer" && m.workload == "seq" && m.op == *op).map(|m| ((m.block_bytes as f64).log2(), m.mb_per_s)).collect(),
+            points: r
+                .measurements
+                .iter()
+                .filter(|m| m.target == "peer" && m.workload == "seq" && m.op == *op)
+                .map(|m| ((m.block_bytes as f64).log2(), m.mb_per_s))
+                .collect(),
         })
         .filter(|s| !s.points.is_empty())
         .collect();
     for t in r.targets().into_iter().filter(|t| t != "peer") {
-        let mut keys: Vec<(u64, String)> = r.measurements.iter().filter(|m| m.target == t && m.workload == "seq").map(|m| (m.chunk_bytes, m.op.clone())).collect();
+        let mut keys: Vec<(u64, String)> =
+            r.measurements.iter().filter(|m| m.target == t && m.workload == "seq").map(|m| (m.chunk_bytes, m.op.clone())).collect();
         keys.sort();
         keys.dedup();
         if keys.is_empty() {
@@ -148,7 +175,8 @@ pub fn report_plots(r: &Report, dir: &Path) -> Result<Vec<String>, String> {
         series.extend(peer_seq.iter().map(|s| Series { name: s.name.clone(), points: s.points.clone() }));
         // One tick per power of two between the smallest and largest request.
         let lg = |b: u64| (b.max(1) as f64).log2();
-        let (lo, hi) = (r.config.seq_blocks.iter().copied().min().unwrap_or(4096), r.config.seq_blocks.iter().copied().max().unwrap_or(4096));
+        let (lo, hi) =
+            (r.config.seq_blocks.iter().copied().min().unwrap_or(4096), r.config.seq_blocks.iter().copied().max().unwrap_or(4096));
         let n = ((lg(hi) - lg(lo)).round() as usize + 1).max(2);
         let stem = format!("seq-{t}");
         line_chart(&dir.join(&stem), &format!("{t}: sequential throughput vs request size"), "request size", "MB/s", &log_fmt, n, &series)?;
@@ -162,24 +190,48 @@ pub fn report_plots(r: &Report, dir: &Path) -> Result<Vec<String>, String> {
             .targets()
             .into_iter()
             .map(|t| Series {
-                points: r.measurements.iter().filter(|m| m.target == t && m.op == "mixed-read" && m.block_bytes == size).map(|m| (m.readers as f64, m.mb_per_s)).collect(),
+                points: r
+                    .measurements
+                    .iter()
+                    .filter(|m| m.target == t && m.op == "mixed-read" && m.block_bytes == size)
+                    .map(|m| (m.readers as f64, m.mb_per_s))
+                    .collect(),
                 name: t,
             })
             .filter(|s| !s.points.is_empty())
             .collect();
         let stem = format!("mixed-{}", size_label(size));
         let n = r.config.mixed_max_readers.max(2);
-        line_chart(&dir.join(&stem), &format!("{} random reads while one writer appends: total throughput", size_label(size)), "concurrent readers", "MB/s", &|x| format!("{x:.0}"), n, &series)?;
+        line_chart(
+            &dir.join(&stem),
+            &format!("{} random reads while one writer appends: total throughput", size_label(size)),
+            "concurrent readers",
+            "MB/s",
+            &|x| format!("{x:.0}"),
+            n,
+            &series,
+        )?;
         out.push(stem);
     }
     if !r.rebuild_timelines.is_empty() {
         let series: Vec<Series> = r
             .rebuild_timelines
             .iter()
-            .map(|tl| Series { name: format!("{} (rebuild {:.2} s)", tl.target, tl.rebuild_secs), points: tl.points.iter().map(|p| (p.0, p.1)).collect() })
+            .map(|tl| Series {
+                name: format!("{} (rebuild {:.2} s)", tl.target, tl.rebuild_secs),
+                points: tl.points.iter().map(|p| (p.0, p.1)).collect(),
+            })
             .collect();
         let stem = "rebuild-latency".to_string();
-        line_chart(&dir.join(&stem), "random read p99 latency while rebuilding onto a spare (t = 0: spare added)", "seconds", "p99 µs", &|x| format!("{x:.1}"), 8, &series)?;
+        line_chart(
+            &dir.join(&stem),
+            "random read p99 latency while rebuilding onto a spare (t = 0: spare added)",
+            "seconds",
+            "p99 µs",
+            &|x| format!("{x:.1}"),
+            8,
+            &series,
+        )?;
         out.push(stem);
     }
     Ok(out)

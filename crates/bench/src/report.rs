@@ -158,9 +158,18 @@ impl Report {
                 size_label(self.config.rand_block),
                 self.config.jobs * self.config.iodepth
             ),
-            header: ["target", "seq write MB/s", "seq read MB/s", "rand read IOPS", "rand write IOPS", "degraded read MB/s", "rebuild", "rand read p99 µs healthy → rebuilding"]
-                .map(String::from)
-                .to_vec(),
+            header: [
+                "target",
+                "seq write MB/s",
+                "seq read MB/s",
+                "rand read IOPS",
+                "rand write IOPS",
+                "degraded read MB/s",
+                "rebuild",
+                "rand read p99 µs healthy → rebuilding",
+            ]
+            .map(String::from)
+            .to_vec(),
             rows,
         }
     }
@@ -170,7 +179,9 @@ impl Report {
         let mut out = Vec::new();
         let kbs = |m: Option<&Measurement>| m.map_or("-".into(), |m| format!("{:.0}", m.mb_per_s * 1e6 / 1024.0));
         let lat = |m: &Measurement| {
-            m.latency.as_ref().map_or(vec!["-".into(); 3], |l| vec![format!("{:.1}", l.p50_us), format!("{:.1}", l.p99_us), format!("{:.1}", l.p999_us)])
+            m.latency
+                .as_ref()
+                .map_or(vec!["-".into(); 3], |l| vec![format!("{:.1}", l.p50_us), format!("{:.1}", l.p99_us), format!("{:.1}", l.p999_us)])
         };
         // seq: the table people post (level | chunk | block | read kB/s | write kB/s).
         let mut rows = Vec::new();
@@ -181,18 +192,25 @@ impl Report {
             keys.sort();
             keys.dedup();
             for (c, b) in keys {
-                let f = |op: &str| self.find(|m| m.target == t && m.workload == "seq" && m.op == op && m.chunk_bytes == c && m.block_bytes == b);
+                let f = |op: &str| {
+                    self.find(|m| m.target == t && m.workload == "seq" && m.op == op && m.chunk_bytes == c && m.block_bytes == b)
+                };
                 rows.push(vec![t.clone(), size_label(c), size_label(b), kbs(f("read")), kbs(f("write"))]);
             }
         }
         if !rows.is_empty() {
-            out.push(Grid { title: "seq: sequential write, then read of what was written (kB/s = 1024 bytes/s)".into(), header: ["level", "chunk", "block", "read kB/s", "write kB/s"].map(String::from).to_vec(), rows });
+            out.push(Grid {
+                title: "seq: sequential write, then read of what was written (kB/s = 1024 bytes/s)".into(),
+                header: ["level", "chunk", "block", "read kB/s", "write kB/s"].map(String::from).to_vec(),
+                rows,
+            });
         }
         // rand, degraded, rebuild: IOPS and latency.
         let mut rows = Vec::new();
         for w in ["rand", "degraded", "rebuild"] {
             for m in self.measurements.iter().filter(|m| m.workload == w && m.op != "recovery") {
-                let mut r = vec![m.target.clone(), w.into(), m.state.clone(), m.op.clone(), size_label(m.block_bytes), m.threads.to_string()];
+                let mut r =
+                    vec![m.target.clone(), w.into(), m.state.clone(), m.op.clone(), size_label(m.block_bytes), m.threads.to_string()];
                 if let Some(why) = &m.not_measured {
                     // The reason in the row itself, where the numbers would have been.
                     r.extend(["not measured".to_string(), why.clone(), "-".into(), "-".into(), "-".into()]);
@@ -206,7 +224,9 @@ impl Report {
         if !rows.is_empty() {
             out.push(Grid {
                 title: "rand / degraded / rebuild: requests and latency".into(),
-                header: ["target", "workload", "state", "op", "block", "in flight", "IOPS", "MB/s", "p50 µs", "p99 µs", "p99.9 µs"].map(String::from).to_vec(),
+                header: ["target", "workload", "state", "op", "block", "in flight", "IOPS", "MB/s", "p50 µs", "p99 µs", "p99.9 µs"]
+                    .map(String::from)
+                    .to_vec(),
                 rows,
             });
         }
@@ -227,7 +247,11 @@ impl Report {
             })
             .collect();
         if !rows.is_empty() {
-            out.push(Grid { title: "mixed: random readers while one writer appends to ten files".into(), header: ["target", "read size", "readers", "total MB/s", "per reader MB/s", "append p99 µs"].map(String::from).to_vec(), rows });
+            out.push(Grid {
+                title: "mixed: random readers while one writer appends to ten files".into(),
+                header: ["target", "read size", "readers", "total MB/s", "per reader MB/s", "append p99 µs"].map(String::from).to_vec(),
+                rows,
+            });
         }
         let rows: Vec<Vec<String>> = self
             .measurements
@@ -235,11 +259,24 @@ impl Report {
             .filter(|m| m.workload == "throughput")
             .map(|m| {
                 let p = m.per_job.clone().unwrap_or_default();
-                vec![m.target.clone(), m.op.clone(), p.jobs.to_string(), size_label(m.block_bytes), format!("{:.0}{}", p.sum_mb_per_s, ratio(m.peer_ratio)), format!("{:.0}", p.min_mb_per_s), format!("{:.0}", p.max_mb_per_s), format!("{:.0}", p.avg_mb_per_s)]
+                vec![
+                    m.target.clone(),
+                    m.op.clone(),
+                    p.jobs.to_string(),
+                    size_label(m.block_bytes),
+                    format!("{:.0}{}", p.sum_mb_per_s, ratio(m.peer_ratio)),
+                    format!("{:.0}", p.min_mb_per_s),
+                    format!("{:.0}", p.max_mb_per_s),
+                    format!("{:.0}", p.avg_mb_per_s),
+                ]
             })
             .collect();
         if !rows.is_empty() {
-            out.push(Grid { title: "throughput (iozone -t style): MB/s per job".into(), header: ["target", "phase", "jobs", "record", "sum", "min", "max", "avg"].map(String::from).to_vec(), rows });
+            out.push(Grid {
+                title: "throughput (iozone -t style): MB/s per job".into(),
+                header: ["target", "phase", "jobs", "record", "sum", "min", "max", "avg"].map(String::from).to_vec(),
+                rows,
+            });
         }
         out.push(self.summary());
         out
@@ -360,7 +397,11 @@ pub fn compare(a: &Report, b: &Report) -> Result<String, String> {
     if a.schema != b.schema {
         return Err(format!("report schemas differ ({} vs {}): regenerate the older one", a.schema, b.schema));
     }
-    let mut out = format!("A: {}B: {}\n", a.preamble().lines().next().unwrap_or_default().to_owned() + "\n", b.preamble().lines().next().unwrap_or_default());
+    let mut out = format!(
+        "A: {}B: {}\n",
+        a.preamble().lines().next().unwrap_or_default().to_owned() + "\n",
+        b.preamble().lines().next().unwrap_or_default()
+    );
     for (x, r) in [("A", a), ("B", b)] {
         let _ = writeln!(out, "{x} backing: {} ({})", r.backing.fs_type, r.backing.dir);
     }
@@ -379,7 +420,17 @@ pub fn compare(a: &Report, b: &Report) -> Result<String, String> {
         }
         let p99 = |m: &Measurement| m.latency.as_ref().map(|l| l.p99_us);
         rows.push(vec![
-            format!("{} {} {} {} c={} b={} t={}{}", ma.target, ma.workload, ma.state, ma.op, size_label(ma.chunk_bytes), size_label(ma.block_bytes), ma.threads, if ma.readers > 0 { format!(" r={}", ma.readers) } else { String::new() }),
+            format!(
+                "{} {} {} {} c={} b={} t={}{}",
+                ma.target,
+                ma.workload,
+                ma.state,
+                ma.op,
+                size_label(ma.chunk_bytes),
+                size_label(ma.block_bytes),
+                ma.threads,
+                if ma.readers > 0 { format!(" r={}", ma.readers) } else { String::new() }
+            ),
             format!("{:.1}", ma.mb_per_s),
             format!("{:.1}", mb.mb_per_s),
             format!("{r:.2}×"),
@@ -392,7 +443,11 @@ pub fn compare(a: &Report, b: &Report) -> Result<String, String> {
     if rows.is_empty() {
         return Err("the two reports have no measurement in common".into());
     }
-    let g = Grid { title: format!("{} matching measurements; ratio = B / A", rows.len()), header: ["measurement", "A MB/s", "B MB/s", "B/A", "p99 µs A → B"].map(String::from).to_vec(), rows };
+    let g = Grid {
+        title: format!("{} matching measurements; ratio = B / A", rows.len()),
+        header: ["measurement", "A MB/s", "B MB/s", "B/A", "p99 µs A → B"].map(String::from).to_vec(),
+        rows,
+    };
     out.push_str(&g.text());
     let _ = writeln!(out, "geometric mean of B/A throughput: {:.3}×", (log_sum / n.max(1) as f64).exp());
     Ok(out)
@@ -425,7 +480,16 @@ mod tests {
         Report {
             schema: SCHEMA,
             uraid_version: "0.1.0".into(),
-            config: ConfigRecord { levels: vec!["raid5".into()], members: 4, chunk_bytes: 65536, seq_blocks: vec![4096, 1 << 20], jobs: 1, iodepth: 1, rand_block: 4096, ..Default::default() },
+            config: ConfigRecord {
+                levels: vec!["raid5".into()],
+                members: 4,
+                chunk_bytes: 65536,
+                seq_blocks: vec![4096, 1 << 20],
+                jobs: 1,
+                iodepth: 1,
+                rand_block: 4096,
+                ..Default::default()
+            },
             measurements: vec![
                 m("peer", "seq", "write", 1 << 20, 1000.0, None),
                 m("raid5", "seq", "write", 1 << 20, 500.0, Some(0.5)),
@@ -479,7 +543,8 @@ mod tests {
     fn a_phase_too_short_to_measure_shows_its_reason_not_a_zero() {
         let mut r = sample();
         let mut m = r.measurements[3].clone();
-        (m.workload, m.state, m.bytes, m.ops, m.secs, m.mb_per_s, m.iops, m.latency) = ("rebuild".into(), "rebuilding".into(), 0, 0, 0.0, 0.0, 0.0, None);
+        (m.workload, m.state, m.bytes, m.ops, m.secs, m.mb_per_s, m.iops, m.latency) =
+            ("rebuild".into(), "rebuilding".into(), 0, 0, 0.0, 0.0, 0.0, None);
         m.not_measured = Some("3 random reads completed during the rebuild".into());
         r.measurements.push(m);
         let grid = r.grids().into_iter().find(|g| g.title.starts_with("rand / degraded / rebuild")).expect("rand grid");

@@ -35,7 +35,8 @@ pub enum Workload {
 }
 
 impl Workload {
-    pub const ALL: [Workload; 6] = [Workload::Seq, Workload::Rand, Workload::Mixed, Workload::Throughput, Workload::Degraded, Workload::Rebuild];
+    pub const ALL: [Workload; 6] =
+        [Workload::Seq, Workload::Rand, Workload::Mixed, Workload::Throughput, Workload::Degraded, Workload::Rebuild];
     pub fn name(self) -> &'static str {
         match self {
             Workload::Seq => "seq",
@@ -739,7 +740,10 @@ fn rebuild(r: &mut Runner, built: &Built, region: u64, degraded_state: &str) -> 
             rebuild_secs * 1e3
         )
     };
-    for (state, n, secs, hist, phase) in [("rebuilding", n_during, rebuild_secs, during, "during the rebuild"), ("after-rebuild", n_after, last_after - rebuild_secs, after, "after the rebuild")] {
+    for (state, n, secs, hist, phase) in [
+        ("rebuilding", n_during, rebuild_secs, during, "during the rebuild"),
+        ("after-rebuild", n_after, last_after - rebuild_secs, after, "after the rebuild"),
+    ] {
         if n >= MIN_PHASE_OPS && secs > 0.0 {
             r.push("rebuild", state, "randread", spec.block, threads, 0, &io(n, secs, hist));
         } else {

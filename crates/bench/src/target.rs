@@ -38,7 +38,13 @@ pub struct FileTarget {
 impl FileTarget {
     /// A new file of `size` bytes (the default peer, next to the members).
     pub fn create(path: &Path, size: u64) -> Result<FileTarget, String> {
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         file.set_len(size).map_err(|e| e.to_string())?;
         Ok(FileTarget { file, size })
     }

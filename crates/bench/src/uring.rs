@@ -602,8 +602,8 @@ fn open_storage(storage: Storage, cfg: &UringBenchConfig, count: usize) -> Resul
             if fs == "tmpfs" {
                 return Err(format!("{} is tmpfs: O_DIRECT needs a disk filesystem (--direct-dir)", cfg.direct_dir.display()));
             }
-            let (dir, paths, files) =
-                create_files(&cfg.direct_dir, count, cfg.file_bytes, true).map_err(|e| format!("O_DIRECT files in {}: {e}", cfg.direct_dir.display()))?;
+            let (dir, paths, files) = create_files(&cfg.direct_dir, count, cfg.file_bytes, true)
+                .map_err(|e| format!("O_DIRECT files in {}: {e}", cfg.direct_dir.display()))?;
             if storage == Storage::Direct {
                 let backing = format!("{fs} ({}), O_DIRECT", cfg.direct_dir.display());
                 return Ok(Members { files, backing, loops: LoopDevices::default(), _dir: Some(dir) });
@@ -611,13 +611,21 @@ fn open_storage(storage: Storage, cfg: &UringBenchConfig, count: usize) -> Resul
             drop(files);
             let mut loops = LoopDevices::default();
             for p in &paths {
-                let out = Command::new("losetup").args(["--find", "--show", "--direct-io=on"]).arg(p).output().map_err(|e| format!("losetup: {e}"))?;
+                let out = Command::new("losetup")
+                    .args(["--find", "--show", "--direct-io=on"])
+                    .arg(p)
+                    .output()
+                    .map_err(|e| format!("losetup: {e}"))?;
                 if !out.status.success() {
                     return Err(format!("losetup: {}", String::from_utf8_lossy(&out.stderr).trim()));
                 }
                 loops.0.push(String::from_utf8_lossy(&out.stdout).trim().to_string());
             }
-            let files = loops.0.iter().map(|d| open_member(Path::new(d), true, false).map_err(|e| format!("{d}: {e}"))).collect::<Result<_, _>>()?;
+            let files = loops
+                .0
+                .iter()
+                .map(|d| open_member(Path::new(d), true, false).map_err(|e| format!("{d}: {e}")))
+                .collect::<Result<_, _>>()?;
             let backing = format!("loop devices (--direct-io=on) over files on {fs} ({}), O_DIRECT", cfg.direct_dir.display());
             Ok(Members { files, backing, loops, _dir: Some(dir) })
         }
@@ -627,7 +635,9 @@ fn open_storage(storage: Storage, cfg: &UringBenchConfig, count: usize) -> Resul
 /// Runs every point; `progress` gets one line per point.
 pub fn run(cfg: &UringBenchConfig, progress: &mut dyn FnMut(&str)) -> Result<UringReport, String> {
     let started = Instant::now();
-    if !cfg.file_bytes.is_multiple_of(ALIGN as u64) || cfg.chunks.iter().any(|&c| c == 0 || !c.is_multiple_of(ALIGN) || c as u64 > cfg.file_bytes) {
+    if !cfg.file_bytes.is_multiple_of(ALIGN as u64)
+        || cfg.chunks.iter().any(|&c| c == 0 || !c.is_multiple_of(ALIGN) || c as u64 > cfg.file_bytes)
+    {
         return Err(format!("chunks and file size must be multiples of {ALIGN}, chunks at most the file size"));
     }
     let uring_unavailable = uring_available().err();
@@ -667,7 +677,14 @@ pub fn run(cfg: &UringBenchConfig, progress: &mut dyn FnMut(&str)) -> Result<Uri
             progress(&format!("{}: loop devices detached", storage.name()));
         }
     }
-    Ok(UringReport { machine: Machine::probe(), config: cfg.clone(), uring_unavailable, storages, records, wall_secs: started.elapsed().as_secs_f64() })
+    Ok(UringReport {
+        machine: Machine::probe(),
+        config: cfg.clone(),
+        uring_unavailable,
+        storages,
+        records,
+        wall_secs: started.elapsed().as_secs_f64(),
+    })
 }
 
 /// One point of the bench: every executor on the same members, chunk, pattern and operation.
@@ -703,7 +720,8 @@ impl Point<'_> {
             }
         }
         let n = self.files.len();
-        let pool_rate = executors.iter().zip(&tallies).find(|(e, _)| **e == Executor::Pool).map(|(_, t)| t.requests as f64 / t.secs.max(1e-9));
+        let pool_rate =
+            executors.iter().zip(&tallies).find(|(e, _)| **e == Executor::Pool).map(|(_, t)| t.requests as f64 / t.secs.max(1e-9));
         Ok(executors
             .iter()
             .zip(&tallies)
@@ -757,7 +775,8 @@ pub fn grids(report: &UringReport) -> Vec<Grid> {
             }
         }
         for (n, chunk, pattern, op) in keys {
-            let at = |e: Executor| recs.iter().find(|r| (r.members, r.chunk_bytes, r.pattern, r.op, r.executor) == (n, chunk, pattern, op, e));
+            let at =
+                |e: Executor| recs.iter().find(|r| (r.members, r.chunk_bytes, r.pattern, r.op, r.executor) == (n, chunk, pattern, op, e));
             let mut row = vec![
                 n.to_string(),
                 format!("{}{}", size_label(chunk as u64), if n * chunk < ENGINE_PARALLEL_MIN_BYTES { "†" } else { "" }),
@@ -767,7 +786,8 @@ pub fn grids(report: &UringReport) -> Vec<Grid> {
             row.extend(executors.iter().map(|&e| match at(e) {
                 None => "-".into(),
                 Some(r) => {
-                    let ratio = if e == Executor::Pool { String::new() } else { r.vs_pool.map_or(String::new(), |x| format!(" ({x:.2}×)")) };
+                    let ratio =
+                        if e == Executor::Pool { String::new() } else { r.vs_pool.map_or(String::new(), |x| format!(" ({x:.2}×)")) };
                     format!("{:.0} · {}{ratio}", r.mb_per_s, kilo(r.req_per_s))
                 }
             }));
@@ -778,9 +798,14 @@ pub fn grids(report: &UringReport) -> Vec<Grid> {
     let mut rows = Vec::new();
     for s in report.storages.iter().filter(|s| s.skipped.is_none()) {
         for &e in executors.iter().filter(|&&e| e != Executor::Pool) {
-            let ratios: Vec<f64> = report.records.iter().filter(|r| r.storage == s.storage.name() && r.executor == e).filter_map(|r| r.vs_pool).collect();
-            let big: Vec<f64> =
-                report.records.iter().filter(|r| r.storage == s.storage.name() && r.executor == e && !r.engine_in_line).filter_map(|r| r.vs_pool).collect();
+            let ratios: Vec<f64> =
+                report.records.iter().filter(|r| r.storage == s.storage.name() && r.executor == e).filter_map(|r| r.vs_pool).collect();
+            let big: Vec<f64> = report
+                .records
+                .iter()
+                .filter(|r| r.storage == s.storage.name() && r.executor == e && !r.engine_in_line)
+                .filter_map(|r| r.vs_pool)
+                .collect();
             let fmt = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.2}×"));
             rows.push(vec![
                 s.storage.name().to_string(),

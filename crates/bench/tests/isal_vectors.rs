@@ -67,7 +67,11 @@ fn isal_matrix_decode_agrees_with_our_recovery() {
         let mut out_ptrs: Vec<*mut u8> = outs.iter_mut().map(|b| b.as_mut_ptr()).collect();
         lib.encode(&mut tables, &mut src, &mut out_ptrs, len);
         for (b, out) in lost.iter().zip(&outs) {
-            let idx = match b { Block::Data(i) => *i, Block::P => n, Block::Q => n + 1 };
+            let idx = match b {
+                Block::Data(i) => *i,
+                Block::P => n,
+                Block::Q => n + 1,
+            };
             assert_eq!(&out[..], &bufs[idx][..], "isa-l decode of {b:?}");
         }
     }

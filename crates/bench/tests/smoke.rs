@@ -80,7 +80,10 @@ fn every_workload_runs_and_the_report_is_complete() {
     assert!(has(&|m| m["target"] == "raid6" && m["state"] == "rebuilding" && m["op"] == "recovery"));
     // The phase after the rebuild is delimited by events, so it is always measured.
     for t in ["raid1", "raid6"] {
-        assert!(has(&|m| m["target"] == t && m["state"] == "after-rebuild" && m["op"] == "randread" && m.get("not_measured").is_none()), "{t} after-rebuild not measured");
+        assert!(
+            has(&|m| m["target"] == t && m["state"] == "after-rebuild" && m["op"] == "randread" && m.get("not_measured").is_none()),
+            "{t} after-rebuild not measured"
+        );
     }
     assert!(has(&|m| m["target"] == "peer" && m["op"] == "mixed-read" && m["readers"] == 2));
     assert!(has(&|m| m["target"] == "raid1" && m["workload"] == "throughput" && m["per_job"]["jobs"] == 2));
@@ -89,7 +92,18 @@ fn every_workload_runs_and_the_report_is_complete() {
 
     let out = tmp.path().join("report");
     let plots = report.write_dir(&out).unwrap();
-    for f in ["report.json", "measurements.csv", "summary.md", "index.html", "fio/seq.fio", "fio/rand.fio", "fio/mixed.fio", "fio/throughput.fio", "fio/degraded.fio", "fio/rebuild.fio"] {
+    for f in [
+        "report.json",
+        "measurements.csv",
+        "summary.md",
+        "index.html",
+        "fio/seq.fio",
+        "fio/rand.fio",
+        "fio/mixed.fio",
+        "fio/throughput.fio",
+        "fio/degraded.fio",
+        "fio/rebuild.fio",
+    ] {
         assert!(out.join(f).is_file(), "{f} missing");
     }
     if uraid_bench::plot::ensure_font().is_ok() {
@@ -105,7 +119,12 @@ fn every_workload_runs_and_the_report_is_complete() {
     // fio parses every job file, when fio is installed (scripts/setup installs it).
     if std::process::Command::new("fio").arg("--version").output().is_ok() {
         for w in ["seq", "rand", "mixed", "throughput", "degraded", "rebuild"] {
-            let o = std::process::Command::new("fio").arg("--parse-only").arg(out.join(format!("fio/{w}.fio"))).env("TARGET", tmp.path().join("fio-target")).output().unwrap();
+            let o = std::process::Command::new("fio")
+                .arg("--parse-only")
+                .arg(out.join(format!("fio/{w}.fio")))
+                .env("TARGET", tmp.path().join("fio-target"))
+                .output()
+                .unwrap();
             assert!(o.status.success(), "fio rejects {w}.fio: {}", String::from_utf8_lossy(&o.stderr));
         }
     }

@@ -7,7 +7,9 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use uraid_bench::machine::fs_type;
-use uraid_bench::uring::{io_pool, run, uring_available, AlignedBuf, Executor, Hooks, Job, NoHooks, Op, Pattern, Storage, Stream, UringBenchConfig};
+use uraid_bench::uring::{
+    io_pool, run, uring_available, AlignedBuf, Executor, Hooks, Job, NoHooks, Op, Pattern, Storage, Stream, UringBenchConfig,
+};
 
 const MEMBERS: usize = 4;
 const FILE_BYTES: u64 = 1 << 20;
@@ -112,9 +114,9 @@ fn every_executor_reads_what_every_other_wrote() {
                         let stream = Stream::new(pattern, chunk, FILE_BYTES, Some(slots));
                         let hooks = Check { gen, write: false };
                         let job = Job { files: &files, op: Op::Read, chunk, depth: 3, stream: &stream, hooks: &hooks, time: None };
-                        let t = job
-                            .run(reader, &pool)
-                            .unwrap_or_else(|e| panic!("{} wrote, {} read {pattern:?} (direct {direct}, chunk {chunk}): {e}", writer.name(), reader.name()));
+                        let t = job.run(reader, &pool).unwrap_or_else(|e| {
+                            panic!("{} wrote, {} read {pattern:?} (direct {direct}, chunk {chunk}): {e}", writer.name(), reader.name())
+                        });
                         assert_eq!(t.requests, slots);
                     }
                 }

@@ -62,7 +62,7 @@ pub struct ServeArgs {
 #[derive(Default)]
 struct JobState {
     running: Option<(JobKind, u64, u64, Instant, u64)>, // kind, done, total, started, done at start
-    requested_check: Option<bool>,                        // Some(repair)
+    requested_check: Option<bool>,                      // Some(repair)
     last_check: Option<CheckResult>,
 }
 
@@ -337,7 +337,12 @@ impl Served {
             }
             self.set_running(None);
             if !self.args.json {
-                eprintln!("uraid: {} {} after {:.1} s", kind.name(), if finished { "finished" } else { "interrupted" }, start.elapsed().as_secs_f64());
+                eprintln!(
+                    "uraid: {} {} after {:.1} s",
+                    kind.name(),
+                    if finished { "finished" } else { "interrupted" },
+                    start.elapsed().as_secs_f64()
+                );
             }
         }
     }

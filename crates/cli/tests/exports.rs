@@ -189,10 +189,7 @@ impl Env {
         let log_file = File::create(&log).expect("serve log");
         let mut cmd = Command::new(BIN);
         cmd.arg("serve").args(members).args(extra).arg("--name").arg(name);
-        cmd.env("URAID_RUN_DIR", &self.run_dir)
-            .stdin(Stdio::null())
-            .stdout(log_file.try_clone().expect("dup log"))
-            .stderr(log_file);
+        cmd.env("URAID_RUN_DIR", &self.run_dir).stdin(Stdio::null()).stdout(log_file.try_clone().expect("dup log")).stderr(log_file);
         let child = cmd.spawn().expect("spawn uraid serve");
         let mut serve = Serve { child: Some(child), log, name: name.to_string() };
         let start = Instant::now();
@@ -269,10 +266,7 @@ fn fully_synced(d: &Value) -> bool {
     let devs = d["devices"].as_array().cloned().unwrap_or_default();
     let in_sync = devs.iter().filter(|x| x["state"] == "in_sync").count();
     let recovering = devs.iter().any(|x| x["state"] == "recovering" || x["state"] == "replacing");
-    d["job"].is_null()
-        && d["missing_roles"].as_array().is_some_and(|m| m.is_empty())
-        && in_sync == raid_disks
-        && !recovering
+    d["job"].is_null() && d["missing_roles"].as_array().is_some_and(|m| m.is_empty()) && in_sync == raid_disks && !recovering
 }
 
 /// A hot replace never degrades the array, whenever it is looked at: while the copy runs the
@@ -284,7 +278,10 @@ fn replace_serves(d: &Value, old: &Path, new: &Path) -> bool {
         ("in_sync", "replacing") => false,
         ("faulty", "in_sync") => {
             let why = d["devices"].as_array().and_then(|v| v.iter().find(|x| x["device"] == p(old))).map(|x| x["failure"].clone());
-            assert!(why.as_ref().and_then(|w| w.as_str()).is_some_and(|w| w.starts_with("replaced by")), "why the old member left: {why:?}");
+            assert!(
+                why.as_ref().and_then(|w| w.as_str()).is_some_and(|w| w.starts_with("replaced by")),
+                "why the old member left: {why:?}"
+            );
             true
         }
         (o, n) => panic!("hot replace: old member {o}, new one {n}; one of them must serve the role: {d}"),
@@ -617,13 +614,8 @@ fn nbd_real_clients() {
     assert_eq!(sh("nbdinfo", &["--size", &uri]).trim(), size.to_string());
 
     // fio through its nbd engine (libnbd), if this fio has it: random writes, then verify.
-    let fio_nbd = have("fio")
-        && Command::new("sh")
-            .arg("-c")
-            .arg("fio --enghelp 2>&1 | grep -qw nbd")
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
+    let fio_nbd =
+        have("fio") && Command::new("sh").arg("-c").arg("fio --enghelp 2>&1 | grep -qw nbd").status().map(|s| s.success()).unwrap_or(false);
     if fio_nbd {
         let out = sh(
             "fio",
@@ -777,7 +769,8 @@ fn fuse_failure_and_rebuild(case: &FailureCase) {
                 env.uraid(&["fail", case.name, p(&members[i])]);
                 let d = env.detail(case.name);
                 assert_eq!(device_state(&d, &members[i]), "faulty", "after fail: {d}");
-                let failure = d["devices"].as_array().and_then(|v| v.iter().find(|x| x["device"] == p(&members[i]))).map(|x| x["failure"].clone());
+                let failure =
+                    d["devices"].as_array().and_then(|v| v.iter().find(|x| x["device"] == p(&members[i]))).map(|x| x["failure"].clone());
                 assert_eq!(failure, Some(Value::from("failed by request")), "detail names why: {d}");
                 println!("{}: failed {} after {done} files", case.name, names[i]);
             }
@@ -785,7 +778,12 @@ fn fuse_failure_and_rebuild(case: &FailureCase) {
                 env.uraid(&["replace", case.name, p(&members[i]), "--with", p(&spares[j]), "--no-wait"]);
                 // The copy may already be over (a fast machine): checked in both orders.
                 let over = replace_serves(&env.detail(case.name), &members[i], &spares[j]);
-                println!("{}: replacing {} by spare{j} after {done} files (copy {})", case.name, names[i], if over { "already over" } else { "running" });
+                println!(
+                    "{}: replacing {} by spare{j} after {done} files (copy {})",
+                    case.name,
+                    names[i],
+                    if over { "already over" } else { "running" }
+                );
             }
             Action::Add(i) => {
                 env.uraid(&["add", case.name, p(&spares[i])]);
@@ -847,11 +845,14 @@ fn fuse_failure_and_rebuild(case: &FailureCase) {
     drop(stack);
     drop(fuse);
 
-    let failed: Vec<usize> =
-        case.schedule.iter().filter_map(|(_, a)| match a {
+    let failed: Vec<usize> = case
+        .schedule
+        .iter()
+        .filter_map(|(_, a)| match a {
             Action::Fail(i) | Action::Replace(i, _) => Some(*i),
             Action::Add(_) => None,
-        }).collect();
+        })
+        .collect();
     let mut now: Vec<&str> = (0..case.members).filter(|i| !failed.contains(i)).map(|i| p(&members[i])).collect();
     now.extend(spares.iter().map(|s| p(s)));
     // The stopped array from its current members alone (failed ones left out): the same
@@ -1055,10 +1056,7 @@ fn crash_kill9_then_resync() {
         saw_resync |= seen_running || log_says_resync();
         saw_resync && fully_synced(d)
     });
-    println!(
-        "{name}: resync {} after restart",
-        if seen_running { "seen running in status" } else { "reported in the serve log" }
-    );
+    println!("{name}: resync {} after restart", if seen_running { "seen running in status" } else { "reported in the serve log" });
     env.wait_for(name, "clean state after the resync", &mut serve, |d| d["state"] == "clean");
 
     // fsck: replaying the journal (and fixing what the crash left) is allowed once, then the

@@ -8,7 +8,6 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-
 fn uraid(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_uraid")).args(args).output().expect("run uraid")
 }
@@ -206,7 +205,11 @@ fn bad_input_is_refused_clearly_and_changes_nothing() {
 
     // Out-of-range reads.
     let size = r5.manifest["array_size_bytes"].as_u64().unwrap();
-    assert_refused(&[&["read", "--offset", &(size - 10).to_string(), "--length", "11"][..], &strs(&r5.paths)].concat(), &r5.paths, "past the array end");
+    assert_refused(
+        &[&["read", "--offset", &(size - 10).to_string(), "--length", "11"][..], &strs(&r5.paths)].concat(),
+        &r5.paths,
+        "past the array end",
+    );
 
     // A file with no superblock at all.
     let blank = tmp.path().join("blank.img");

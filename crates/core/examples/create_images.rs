@@ -32,16 +32,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
 
     // Fixed "random" values keep the images reproducible.
-    let members = (0..devices)
-        .map(|i| Some(NewDevice { size_bytes, device_uuid: [0x10 + i as u8; 16] }))
-        .collect();
-    let mut request = CreateRequest::new(
-        level,
-        format!("uraid-{}", args[1]),
-        members,
-        *b"uraid-create-tst",
-        MdTime::from_parts(1_750_000_000, 0),
-    );
+    let members = (0..devices).map(|i| Some(NewDevice { size_bytes, device_uuid: [0x10 + i as u8; 16] })).collect();
+    let mut request =
+        CreateRequest::new(level, format!("uraid-{}", args[1]), members, *b"uraid-create-tst", MdTime::from_parts(1_750_000_000, 0));
     request.metadata = metadata;
     request.initial_sync = InitialSync::AssumeClean;
     if bitmap {

@@ -28,9 +28,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::metadata::{
-    ArrayShape, DeviceRole, FeatureMap, MdUuid, RaidLevel, Raid10Layout, Superblock,
-};
+use crate::metadata::{ArrayShape, DeviceRole, FeatureMap, MdUuid, Raid10Layout, RaidLevel, Superblock};
 
 /// A device with a decoded superblock, offered for assembly.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,10 +126,7 @@ impl ArrayPlan {
 
     /// Members left out because their events are too old.
     pub fn stale(&self) -> impl Iterator<Item = usize> + '_ {
-        self.excluded
-            .iter()
-            .filter(|(_, why)| matches!(why, Exclusion::Stale { .. }))
-            .map(|(member, _)| *member)
+        self.excluded.iter().filter(|(_, why)| matches!(why, Exclusion::Stale { .. })).map(|(member, _)| *member)
     }
 }
 
@@ -142,7 +137,9 @@ pub enum Decision {
     /// Start with `ArrayPlan::missing_roles` missing; a spare or re-added member can rebuild.
     RunDegraded,
     /// Do not start; `reason` says why and what to do.
-    Refuse { reason: String },
+    Refuse {
+        reason: String,
+    },
 }
 
 /// Result of [`assemble`]: the groups found, the chosen array (if one could be chosen) and
@@ -208,12 +205,7 @@ pub fn assemble(candidates: &[Candidate], options: &AssembleOptions) -> Assembly
     Assembly { groups: groups.clone(), plan, decision }
 }
 
-fn plan_array(
-    candidates: &[Candidate],
-    group: &[usize],
-    uuid: MdUuid,
-    options: &AssembleOptions,
-) -> (Option<ArrayPlan>, Decision) {
+fn plan_array(candidates: &[Candidate], group: &[usize], uuid: MdUuid, options: &AssembleOptions) -> (Option<ArrayPlan>, Decision) {
     let sb = |index: usize| &candidates[index].superblock;
     let label = |index: usize| candidates[index].label.as_str();
 
@@ -222,10 +214,9 @@ fn plan_array(
     let mut newest: Option<usize> = None;
     for &index in group {
         let is_active = matches!(sb(index).role(), DeviceRole::Active(_));
-        if is_active && !sb(index).is_replacement()
-            && newest.is_none_or(|best| sb(index).events() > sb(best).events()) {
-                newest = Some(index);
-            }
+        if is_active && !sb(index).is_replacement() && newest.is_none_or(|best| sb(index).events() > sb(best).events()) {
+            newest = Some(index);
+        }
     }
     let Some(newest) = newest else {
         let names: Vec<&str> = group.iter().map(|m| label(*m)).collect();
@@ -273,13 +264,7 @@ fn plan_array(
     for &index in group {
         let member = sb(index);
         if let Some(needed_bytes) = too_small(member, candidates[index].device_size_bytes) {
-            plan.excluded.push((
-                index,
-                Exclusion::DeviceTooSmall {
-                    needed_bytes,
-                    device_size_bytes: candidates[index].device_size_bytes,
-                },
-            ));
+            plan.excluded.push((index, Exclusion::DeviceTooSmall { needed_bytes, device_size_bytes: candidates[index].device_size_bytes }));
             continue;
         }
         match member.role() {
@@ -307,11 +292,7 @@ fn plan_array(
                         );
                     }
                     Some(&other) => {
-                        let (kept, dropped) = if member.events() > sb(other).events() {
-                            (index, other)
-                        } else {
-                            (other, index)
-                        };
+                        let (kept, dropped) = if member.events() > sb(other).events() { (index, other) } else { (other, index) };
                         claims.insert(key, kept);
                         plan.excluded.push((dropped, Exclusion::Duplicate { role, kept }));
                     }
@@ -413,10 +394,7 @@ fn plan_array(
                 minimum_members(level, shape.raid_disks)
             ),
         };
-        let stale: Vec<String> = plan
-            .stale()
-            .map(|m| format!("{} (events {} < {newest_events})", label(m), sb(m).events()))
-            .collect();
+        let stale: Vec<String> = plan.stale().map(|m| format!("{} (events {} < {newest_events})", label(m), sb(m).events())).collect();
         if !stale.is_empty() {
             let _ = write!(
                 reason,
@@ -543,13 +521,7 @@ fn join_numbers(numbers: &[u32]) -> String {
 /// `clean` matters for raid4/5/6: a dirty array may have parity that does not match its
 /// data, so a missing member cannot be rebuilt safely. raid4 with only its parity member
 /// (the last) missing is fine even when dirty.
-pub fn has_enough_members(
-    level: RaidLevel,
-    raid_disks: u32,
-    layout: u32,
-    clean: bool,
-    available: &[bool],
-) -> bool {
+pub fn has_enough_members(level: RaidLevel, raid_disks: u32, layout: u32, clean: bool, available: &[bool]) -> bool {
     if raid_disks == 0 {
         return false;
     }
@@ -560,9 +532,7 @@ pub fn has_enough_members(
         RaidLevel::Multipath | RaidLevel::Raid1 => present >= 1,
         RaidLevel::Linear | RaidLevel::Raid0 => present == raid_disks,
         RaidLevel::Raid4 if present + 1 == raid_disks && !is_available(raid_disks - 1) => true,
-        RaidLevel::Raid4 | RaidLevel::Raid5 => {
-            present >= if clean { raid_disks - 1 } else { raid_disks }
-        }
+        RaidLevel::Raid4 | RaidLevel::Raid5 => present >= if clean { raid_disks - 1 } else { raid_disks },
         RaidLevel::Raid6 => present >= if clean { raid_disks.saturating_sub(2) } else { raid_disks },
         RaidLevel::Faulty | RaidLevel::Other(_) => false,
     }
@@ -648,14 +618,8 @@ mod tests {
                 for mask in 0u32..(1 << disks) {
                     let available: Vec<bool> = (0..disks).map(|r| mask & (1 << r) != 0).collect();
                     // Model: chunk c's copies are on (c*near + k) % disks for k < near.
-                    let model = (0..disks * near).all(|chunk| {
-                        (0..near).any(|k| available[((chunk * near + k) % disks) as usize])
-                    });
-                    assert_eq!(
-                        raid10_has_all_data(disks, 0x100 | near, &available),
-                        model,
-                        "disks {disks} near {near} mask {mask:b}"
-                    );
+                    let model = (0..disks * near).all(|chunk| (0..near).any(|k| available[((chunk * near + k) % disks) as usize]));
+                    assert_eq!(raid10_has_all_data(disks, 0x100 | near, &available), model, "disks {disks} near {near} mask {mask:b}");
                 }
             }
         }

@@ -11,12 +11,8 @@ use std::process::Command;
 
 use serde_json::Value;
 use uraid_core::geometry::Level;
-use uraid_core::metadata::create::{
-    plan_create, BitmapRequest, CreatePlan, CreateRequest, InitialSync, NewDevice,
-};
-use uraid_core::metadata::{
-    detect, BitmapSuperblock, DeviceRole, MdTime, MetadataVersion, Superblock, Superblock1,
-};
+use uraid_core::metadata::create::{plan_create, BitmapRequest, CreatePlan, CreateRequest, InitialSync, NewDevice};
+use uraid_core::metadata::{detect, BitmapSuperblock, DeviceRole, MdTime, MetadataVersion, Superblock, Superblock1};
 
 fn corpus_dir() -> PathBuf {
     uraid_testkit::MD_CORPUS.path()
@@ -58,9 +54,7 @@ fn load(name: &str) -> CorpusArray {
 }
 
 fn option<'a>(command: &'a str, key: &str) -> Option<&'a str> {
-    command
-        .split_whitespace()
-        .find_map(|word| word.strip_prefix(key).and_then(|rest| rest.strip_prefix('=')))
+    command.split_whitespace().find_map(|word| word.strip_prefix(key).and_then(|rest| rest.strip_prefix('=')))
 }
 
 /// The uraid request for an mdadm create command line, with the members' real sizes and
@@ -70,12 +64,8 @@ fn request_for(array: &CorpusArray) -> CreateRequest {
     let level: Level = option(command, "--level").expect("--level").parse().expect("level");
     let raid_devices: usize = option(command, "--raid-devices").expect("raid devices").parse().expect("n");
     let spares: usize = option(command, "--spare-devices").map_or(0, |s| s.parse().expect("n"));
-    let sizes: Vec<u64> = array.manifest["members"]
-        .as_array()
-        .expect("members")
-        .iter()
-        .map(|m| m["raw_size_bytes"].as_u64().expect("size"))
-        .collect();
+    let sizes: Vec<u64> =
+        array.manifest["members"].as_array().expect("members").iter().map(|m| m["raw_size_bytes"].as_u64().expect("size")).collect();
     assert_eq!(sizes.len(), raid_devices + spares, "{}", array.name);
     let device = |i: usize| NewDevice { size_bytes: sizes[i], device_uuid: [i as u8; 16] };
     let mut request = CreateRequest::new(
@@ -135,8 +125,7 @@ fn comparable_arrays() -> Vec<String> {
         .filter(|e| e.path().join("manifest.json").exists())
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|name| {
-            let text = std::fs::read_to_string(corpus_dir().join(name).join("manifest.json"))
-                .unwrap_or_default();
+            let text = std::fs::read_to_string(corpus_dir().join(name).join("manifest.json")).unwrap_or_default();
             let manifest: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
             matches!(manifest["scenario"].as_str(), Some("plain" | "degraded"))
         })
@@ -171,11 +160,7 @@ fn check_array(name: &str) {
     let plan = plan_create(&request).unwrap_or_else(|e| panic!("{name}: {e}"));
     let degraded = array.manifest["scenario"].as_str() == Some("degraded");
 
-    assert_eq!(
-        plan.array_size_sectors * 512,
-        array.manifest["array_size_bytes"].as_u64().expect("array size"),
-        "{name}: array size"
-    );
+    assert_eq!(plan.array_size_sectors * 512, array.manifest["array_size_bytes"].as_u64().expect("array size"), "{name}: array size");
     assert_eq!(plan.devices.len(), array.images.len(), "{name}");
 
     for (index, device) in plan.devices.iter().enumerate() {

@@ -2,9 +2,7 @@
 //! spares, mdadm's recovery shortcut, 0.90 and 1.0 placement, bitmaps on large members.
 
 use uraid_core::geometry::Level;
-use uraid_core::metadata::create::{
-    plan_create, BitmapRequest, CreateError, CreateRequest, InitialSync, NewDevice,
-};
+use uraid_core::metadata::create::{plan_create, BitmapRequest, CreateError, CreateRequest, InitialSync, NewDevice};
 use uraid_core::metadata::{DeviceRole, MdTime, MetadataVersion, Superblock, MAX_SECTOR};
 
 const MIB: u64 = 1 << 20;
@@ -237,9 +235,10 @@ fn every_superblock_decodes() {
             }
             assert!(plan.array_size_sectors > 0);
             assert_eq!(
-                plan.devices[0].superblock.shape().array_size_sectors(
-                    &plan.devices.iter().map(|d| d.data_size_sectors).collect::<Vec<_>>()
-                ),
+                plan.devices[0]
+                    .superblock
+                    .shape()
+                    .array_size_sectors(&plan.devices.iter().map(|d| d.data_size_sectors).collect::<Vec<_>>()),
                 Ok(plan.array_size_sectors),
                 "{level} {metadata}: ArrayShape agrees with Geometry"
             );

@@ -5,41 +5,23 @@ use std::collections::{HashMap, HashSet};
 
 use proptest::prelude::*;
 use uraid_core::geometry::{
-    Algorithm, ArraySpec, Geometry, Level, MemberSector, ParityGeometry, Placement, Raid0Geometry,
-    Raid10Geometry, RoleKind,
+    Algorithm, ArraySpec, Geometry, Level, MemberSector, ParityGeometry, Placement, Raid0Geometry, Raid10Geometry, RoleKind,
 };
 
 const RAID5_LAYOUTS: [u32; 6] = [0, 1, 2, 3, 4, 5];
 const RAID6_LAYOUTS: [u32; 14] = [0, 1, 2, 3, 4, 5, 8, 9, 10, 16, 17, 18, 19, 20];
 
 fn spec(level: Level, layout: u32, chunk_sectors: u32, member_sectors: Vec<u64>) -> ArraySpec {
-    ArraySpec {
-        level,
-        layout,
-        chunk_sectors,
-        raid_disks: member_sectors.len(),
-        member_sectors,
-    }
+    ArraySpec { level, layout, chunk_sectors, raid_disks: member_sectors.len(), member_sectors }
 }
 
 /// A stripe as the layout's textbook description draws it: (P, Q, data roles in array
 /// order, Q exponent per data block). Written from the descriptions of the layouts,
 /// not from md's switch, so the two can disagree.
-fn reference_stripe(
-    level: Level,
-    layout: u32,
-    n: usize,
-    s: usize,
-) -> (usize, Option<usize>, Vec<usize>, Vec<u8>) {
-    let ascending = |skip: &[usize], upto: usize| -> Vec<usize> {
-        (0..upto).filter(|r| !skip.contains(r)).collect()
-    };
+fn reference_stripe(level: Level, layout: u32, n: usize, s: usize) -> (usize, Option<usize>, Vec<usize>, Vec<u8>) {
+    let ascending = |skip: &[usize], upto: usize| -> Vec<usize> { (0..upto).filter(|r| !skip.contains(r)).collect() };
     let wrapping = |start: usize, count: usize, modulus: usize, skip: &[usize]| -> Vec<usize> {
-        (0..modulus)
-            .map(|i| (start + i) % modulus)
-            .filter(|r| !skip.contains(r))
-            .take(count)
-            .collect()
+        (0..modulus).map(|i| (start + i) % modulus).filter(|r| !skip.contains(r)).take(count).collect()
     };
     // raid5-style placement over `m` members.
     let raid5 = |layout: u32, m: usize| -> (usize, Vec<usize>) {
@@ -106,9 +88,7 @@ fn reference_stripe(
                 data.iter().map(|&r| r as u8).collect()
             } else {
                 let walk: Vec<usize> = wrapping((q + 1) % n, n - 2, n, &[p, q]);
-                data.iter()
-                    .map(|r| walk.iter().position(|w| w == r).unwrap() as u8)
-                    .collect()
+                data.iter().map(|r| walk.iter().position(|w| w == r).unwrap() as u8).collect()
             };
             (p, Some(q), data, exponents)
         }
@@ -170,30 +150,17 @@ fn assert_bijective(g: &Geometry, what: &str) {
     let mut owner: HashMap<MemberSector, u64> = HashMap::new();
     let array_sectors = g.array_sectors();
     for sector in 0..array_sectors {
-        let piece = g
-            .locate(sector)
-            .unwrap_or_else(|e| panic!("{what} {sector}: {e}"));
+        let piece = g.locate(sector).unwrap_or_else(|e| panic!("{what} {sector}: {e}"));
         assert!(piece.sectors >= 1, "{what}");
         let places = match piece.placement {
             Placement::Single(at) => vec![at],
             Placement::Mirrored(copies) => copies,
-            Placement::Striped(loc) => vec![MemberSector {
-                role: loc.role,
-                sector: loc.member_sector,
-            }],
+            Placement::Striped(loc) => vec![MemberSector { role: loc.role, sector: loc.member_sector }],
         };
         let roles: HashSet<usize> = places.iter().map(|p| p.role).collect();
-        assert_eq!(
-            roles.len(),
-            places.len(),
-            "{what}: copies of {sector} share a member"
-        );
+        assert_eq!(roles.len(), places.len(), "{what}: copies of {sector} share a member");
         for at in places {
-            assert_eq!(
-                g.unmap(at.role, at.sector).unwrap(),
-                Some(sector),
-                "{what} unmap {at:?}"
-            );
+            assert_eq!(g.unmap(at.role, at.sector).unwrap(), Some(sector), "{what} unmap {at:?}");
             if let Some(previous) = owner.insert(at, sector) {
                 panic!("{what}: {at:?} holds both {previous} and {sector}");
             }
@@ -204,11 +171,7 @@ fn assert_bijective(g: &Geometry, what: &str) {
     for role in 0..g.raid_disks() {
         for sector in 0..member_span {
             if let Some(v) = g.unmap(role, sector).unwrap() {
-                assert_eq!(
-                    owner.get(&MemberSector { role, sector }),
-                    Some(&v),
-                    "{what}"
-                );
+                assert_eq!(owner.get(&MemberSector { role, sector }), Some(&v), "{what}");
             }
         }
     }
@@ -224,14 +187,8 @@ fn parity_layouts_are_bijective() {
                 let g = Geometry::new(&spec(level, layout, chunk, vec![member; n])).unwrap();
                 let p = g.as_parity().unwrap();
                 assert_eq!(p.stripes(), stripes);
-                assert_eq!(
-                    g.array_sectors(),
-                    stripes * u64::from(chunk) * p.data_disks() as u64
-                );
-                assert_bijective(
-                    &g,
-                    &format!("{level} layout {layout} disks {n} chunk {chunk}"),
-                );
+                assert_eq!(g.array_sectors(), stripes * u64::from(chunk) * p.data_disks() as u64);
+                assert_bijective(&g, &format!("{level} layout {layout} disks {n} chunk {chunk}"));
                 // Parity chunks unmap to nothing.
                 for s in 0..stripes {
                     let roles = p.stripe_roles(s);
@@ -294,23 +251,14 @@ fn reference_raid0(layout: u32, chunk: u64, sizes: &[u64], sector: u64) -> Membe
     let mut start = 0;
     let mut dev_start = 0;
     for level in levels {
-        let members: Vec<usize> = (0..sizes.len())
-            .filter(|&r| rounded[r] > dev_start)
-            .collect();
+        let members: Vec<usize> = (0..sizes.len()).filter(|&r| rounded[r] > dev_start).collect();
         let len = (level - dev_start) * members.len() as u64;
         if sector < start + len {
             let in_zone = sector - start;
-            let chunk_no = if layout == 1 {
-                sector / chunk
-            } else {
-                in_zone / chunk
-            };
+            let chunk_no = if layout == 1 { sector / chunk } else { in_zone / chunk };
             let role = members[(chunk_no % members.len() as u64) as usize];
             let row = in_zone / chunk / members.len() as u64;
-            return MemberSector {
-                role,
-                sector: dev_start + row * chunk + in_zone % chunk,
-            };
+            return MemberSector { role, sector: dev_start + row * chunk + in_zone % chunk };
         }
         start += len;
         dev_start = level;
@@ -320,14 +268,7 @@ fn reference_raid0(layout: u32, chunk: u64, sizes: &[u64], sector: u64) -> Membe
 
 #[test]
 fn raid0_zones_match_reference_and_are_bijective() {
-    let size_sets: [&[u64]; 6] = [
-        &[64, 64, 64],
-        &[32, 64, 96],
-        &[96, 32, 64, 32],
-        &[40, 17, 100, 64, 64],
-        &[128],
-        &[16, 200],
-    ];
+    let size_sets: [&[u64]; 6] = [&[64, 64, 64], &[32, 64, 96], &[96, 32, 64, 32], &[40, 17, 100, 64, 64], &[128], &[16, 200]];
     for sizes in size_sets {
         for chunk in [8u32, 16, 12] {
             for layout in [1u32, 2] {
@@ -340,14 +281,8 @@ fn raid0_zones_match_reference_and_are_bijective() {
                 assert_eq!(g.array_sectors(), total, "{what}");
                 assert_bijective(&g, &what);
                 for sector in 0..total {
-                    let Placement::Single(at) = g.locate(sector).unwrap().placement else {
-                        panic!()
-                    };
-                    assert_eq!(
-                        at,
-                        reference_raid0(layout, u64::from(chunk), sizes, sector),
-                        "{what} {sector}"
-                    );
+                    let Placement::Single(at) = g.locate(sector).unwrap().placement else { panic!() };
+                    assert_eq!(at, reference_raid0(layout, u64::from(chunk), sizes, sector), "{what} {sector}");
                 }
             }
         }
@@ -367,9 +302,7 @@ fn linear_concatenates_with_rounding() {
     let g = Geometry::new(&spec(Level::Linear, 0, 0, vec![10, 0, 7, 30])).unwrap();
     assert_eq!(g.array_sectors(), 47);
     assert_bijective(&g, "linear");
-    let Placement::Single(at) = g.locate(17).unwrap().placement else {
-        panic!()
-    };
+    let Placement::Single(at) = g.locate(17).unwrap().placement else { panic!() };
     assert_eq!(at, MemberSector { role: 3, sector: 0 });
     let rounded = Geometry::new(&spec(Level::Linear, 0, 8, vec![10, 7, 30])).unwrap();
     assert_eq!(rounded.array_sectors(), 8 + 24);
@@ -382,9 +315,7 @@ fn raid1_mirrors_every_role() {
     assert_eq!(g.array_sectors(), 90);
     let piece = g.locate(5).unwrap();
     assert_eq!(piece.sectors, 85);
-    let Placement::Mirrored(copies) = piece.placement else {
-        panic!()
-    };
+    let Placement::Mirrored(copies) = piece.placement else { panic!() };
     assert_eq!(copies.len(), 3);
     assert!(copies.iter().all(|c| c.sector == 5));
     assert_bijective(&g, "raid1");
@@ -413,9 +344,7 @@ fn raid10_layouts_are_bijective() {
                     let member = chunks_per_member * u64::from(chunk) + 5;
                     let g = Geometry::new(&spec(Level::Raid10, layout, chunk, vec![member; disks]))
                         .unwrap_or_else(|e| panic!("layout {layout:#x} disks {disks}: {e}"));
-                    let what = format!(
-                        "raid10 layout {layout:#x} disks {disks} chunk {chunk} member {member}"
-                    );
+                    let what = format!("raid10 layout {layout:#x} disks {disks} chunk {chunk} member {member}");
                     assert_bijective(&g, &what);
                     let Geometry::Raid10(r) = &g else { panic!() };
                     assert!(r.used_member_sectors() <= member, "{what}");
@@ -436,44 +365,17 @@ fn raid10_by_hand() {
     let g = Raid10Geometry::new(0x102, 8, 4, 80).unwrap();
     assert_eq!(g.array_sectors(), 160);
     let c = g.copies(8 + 3).unwrap();
-    assert_eq!(
-        c,
-        vec![
-            MemberSector { role: 2, sector: 3 },
-            MemberSector { role: 3, sector: 3 }
-        ]
-    );
+    assert_eq!(c, vec![MemberSector { role: 2, sector: 3 }, MemberSector { role: 3, sector: 3 }]);
     // far=2 on 4 members, 10 chunks each: stride 5 chunks; chunk 0's far copy is on
     // member 1 at chunk 5.
     let g = Raid10Geometry::new(0x201, 8, 4, 80).unwrap();
     assert_eq!(g.stride(), 40);
     let c = g.copies(0).unwrap();
-    assert_eq!(
-        c,
-        vec![
-            MemberSector { role: 0, sector: 0 },
-            MemberSector {
-                role: 1,
-                sector: 40
-            }
-        ]
-    );
+    assert_eq!(c, vec![MemberSector { role: 0, sector: 0 }, MemberSector { role: 1, sector: 40 }]);
     // offset=2: the copy is on the next member, one chunk down.
     let g = Raid10Geometry::new(0x10201, 8, 4, 80).unwrap();
     let c = g.copies(8 * 5).unwrap();
-    assert_eq!(
-        c,
-        vec![
-            MemberSector {
-                role: 1,
-                sector: 16
-            },
-            MemberSector {
-                role: 2,
-                sector: 24
-            }
-        ]
-    );
+    assert_eq!(c, vec![MemberSector { role: 1, sector: 16 }, MemberSector { role: 2, sector: 24 }]);
     assert!(Raid10Geometry::new(0x301, 8, 2, 80).is_err());
     assert!(Raid10Geometry::new(0x101, 8, 2, 80).is_err());
     assert!(Raid10Geometry::new(0x102, 12, 2, 80).is_err());
@@ -501,57 +403,22 @@ fn split_covers_ranges_without_crossing_chunks() {
 fn arb_spec() -> impl Strategy<Value = ArraySpec> {
     let chunk = prop::sample::select(vec![8u32, 16, 64, 128, 1024]);
     prop_oneof![
-        (
-            2usize..=16,
-            prop::sample::select(RAID5_LAYOUTS.to_vec()),
-            chunk.clone(),
-            0u64..1 << 30
-        )
-            .prop_map(|(n, layout, chunk, size)| spec(
-                Level::Raid5,
-                layout,
-                chunk,
-                vec![size; n]
-            )),
-        (
-            4usize..=16,
-            prop::sample::select(RAID6_LAYOUTS.to_vec()),
-            chunk.clone(),
-            0u64..1 << 30
-        )
-            .prop_map(|(n, layout, chunk, size)| spec(
-                Level::Raid6,
-                layout,
-                chunk,
-                vec![size; n]
-            )),
-        (2usize..=16, chunk.clone(), 0u64..1 << 30).prop_map(|(n, chunk, size)| spec(
-            Level::Raid4,
-            0,
+        (2usize..=16, prop::sample::select(RAID5_LAYOUTS.to_vec()), chunk.clone(), 0u64..1 << 30)
+            .prop_map(|(n, layout, chunk, size)| spec(Level::Raid5, layout, chunk, vec![size; n])),
+        (4usize..=16, prop::sample::select(RAID6_LAYOUTS.to_vec()), chunk.clone(), 0u64..1 << 30)
+            .prop_map(|(n, layout, chunk, size)| spec(Level::Raid6, layout, chunk, vec![size; n])),
+        (2usize..=16, chunk.clone(), 0u64..1 << 30).prop_map(|(n, chunk, size)| spec(Level::Raid4, 0, chunk, vec![size; n])),
+        (prop::collection::vec(0u64..1 << 28, 1..12), chunk.clone(), 1u32..=2).prop_map(|(sizes, chunk, layout)| spec(
+            Level::Raid0,
+            layout,
             chunk,
-            vec![size; n]
-        )),
-        (
-            prop::collection::vec(0u64..1 << 28, 1..12),
-            chunk.clone(),
-            1u32..=2
-        )
-            .prop_map(|(sizes, chunk, layout)| spec(Level::Raid0, layout, chunk, sizes)),
-        (prop::collection::vec(0u64..1 << 28, 1..12)).prop_map(|sizes| spec(
-            Level::Linear,
-            0,
-            0,
             sizes
         )),
-        (4usize..=12, chunk, 1u64 << 10..1 << 30, 0usize..6, 2u32..=4).prop_filter_map(
-            "copies fit",
-            |(n, chunk, size, kind, copies)| {
-                let layout = raid10_layouts(n)
-                    .get(kind + 6 * (copies as usize - 2))
-                    .copied()?;
-                Some(spec(Level::Raid10, layout, chunk, vec![size; n]))
-            }
-        ),
+        (prop::collection::vec(0u64..1 << 28, 1..12)).prop_map(|sizes| spec(Level::Linear, 0, 0, sizes)),
+        (4usize..=12, chunk, 1u64 << 10..1 << 30, 0usize..6, 2u32..=4).prop_filter_map("copies fit", |(n, chunk, size, kind, copies)| {
+            let layout = raid10_layouts(n).get(kind + 6 * (copies as usize - 2)).copied()?;
+            Some(spec(Level::Raid10, layout, chunk, vec![size; n]))
+        }),
     ]
 }
 
@@ -617,8 +484,7 @@ fn raid10_old_far_sets_and_mixed_copies_when_safe() {
                     if sets != 0 && near > 1 {
                         continue;
                     }
-                    let g = Geometry::new(&spec(Level::Raid10, layout, 8, vec![8 * 6 + 3; disks]))
-                        .unwrap();
+                    let g = Geometry::new(&spec(Level::Raid10, layout, 8, vec![8 * 6 + 3; disks])).unwrap();
                     assert_bijective(&g, &format!("raid10 layout {layout:#x} disks {disks}"));
                 }
             }

@@ -10,9 +10,7 @@ use std::process::Command;
 
 use serde_json::Value;
 use uraid_core::assemble::{assemble, AssembleOptions, Candidate, Decision};
-use uraid_core::metadata::{
-    detect, BitmapSuperblock, DeviceRole, MetadataVersion, Superblock, WriteIntentBits,
-};
+use uraid_core::metadata::{detect, BitmapSuperblock, DeviceRole, MetadataVersion, Superblock, WriteIntentBits};
 
 fn corpus_dir() -> PathBuf {
     uraid_testkit::MD_CORPUS.path()
@@ -126,11 +124,7 @@ fn check_member_against_examine(array: &Array, member: &Member) {
     };
     assert_eq!(role, examine["role"], "{what}: role");
 
-    assert_eq!(
-        Value::from(sb.data_offset_sectors()),
-        examine["data_offset_sectors"],
-        "{what}: data offset"
-    );
+    assert_eq!(Value::from(sb.data_offset_sectors()), examine["data_offset_sectors"], "{what}: data offset");
 
     let state = examine["state"].as_str().expect("state");
     assert_eq!(sb.is_clean(), state == "clean", "{what}: state {state}");
@@ -153,17 +147,9 @@ fn check_member_against_examine(array: &Array, member: &Member) {
             assert_eq!(sb1.compute_checksum(), stored, "{what}: computed checksum");
             let feature_map = format!("{:#x}", sb1.feature_map.0);
             assert_eq!(Value::from(feature_map), examine["feature_map"], "{what}: feature map");
-            assert_eq!(
-                Value::from(sb1.super_offset_sectors),
-                examine["super_offset_sectors"],
-                "{what}: super offset"
-            );
+            assert_eq!(Value::from(sb1.super_offset_sectors), examine["super_offset_sectors"], "{what}: super offset");
             assert_eq!(sb1.super_offset_sectors * 512, offset, "{what}: found where it says");
-            assert_eq!(
-                Value::from(sb1.data_size_sectors),
-                examine["avail_dev_size_sectors"],
-                "{what}: avail dev size"
-            );
+            assert_eq!(Value::from(sb1.data_size_sectors), examine["avail_dev_size_sectors"], "{what}: avail dev size");
             let device_uuid = examine["device_uuid"].as_str().expect("device uuid");
             assert_eq!(sb1.device_uuid().to_string(), device_uuid, "{what}: device uuid");
             let name = examine_line(member, "Name").expect("name line");
@@ -203,11 +189,8 @@ fn check_assembly(array: &Array) {
     let assembly = assemble(&candidates, &AssembleOptions::default());
     let plan = assembly.plan.as_ref().unwrap_or_else(|| panic!("{}: {:?}", array.name, assembly.decision));
 
-    let roles: Vec<Value> = plan
-        .members
-        .iter()
-        .map(|m| m.map_or(Value::Null, |index| Value::from(candidates[index].label.clone())))
-        .collect();
+    let roles: Vec<Value> =
+        plan.members.iter().map(|m| m.map_or(Value::Null, |index| Value::from(candidates[index].label.clone()))).collect();
     assert_eq!(Value::from(roles), array.manifest["role_order"], "{}: role order", array.name);
 
     let degraded = array.manifest["role_order"].as_array().is_some_and(|r| r.iter().any(Value::is_null));
@@ -216,30 +199,17 @@ fn check_assembly(array: &Array) {
 
     for (index, member) in array.members.iter().enumerate() {
         let used = plan.members.contains(&Some(index)) || plan.spares.contains(&index);
-        assert_eq!(
-            Value::from(used),
-            member.manifest["in_assembled_array"],
-            "{}/{}: used in assembly",
-            array.name,
-            member.image
-        );
+        assert_eq!(Value::from(used), member.manifest["in_assembled_array"], "{}/{}: used in assembly", array.name, member.image);
     }
 
     let member_sizes: Vec<u64> = plan
         .members
         .iter()
         .flatten()
-        .map(|&index| {
-            candidates[index].superblock.member_data_size_sectors(candidates[index].device_size_bytes)
-        })
+        .map(|&index| candidates[index].superblock.member_data_size_sectors(candidates[index].device_size_bytes))
         .collect();
     let size = plan.shape.array_size_sectors(&member_sizes).expect("array size");
-    assert_eq!(
-        Value::from(size * 512),
-        array.manifest["array_size_bytes"],
-        "{}: array size",
-        array.name
-    );
+    assert_eq!(Value::from(size * 512), array.manifest["array_size_bytes"], "{}: array size", array.name);
 }
 
 #[test]
@@ -354,9 +324,7 @@ fn forgotten_member_needs_run() {
     }
     let all = candidates(&load_array("raid5-left-symmetric-4"));
     let three: Vec<Candidate> = all.iter().filter(|c| c.label != "disk2.img.zst").cloned().collect();
-    let Decision::Refuse { reason } = assemble(&three, &AssembleOptions::default()).decision else {
-        panic!("must refuse without --run")
-    };
+    let Decision::Refuse { reason } = assemble(&three, &AssembleOptions::default()).decision else { panic!("must refuse without --run") };
     assert!(reason.contains("roles 2") && reason.contains("--run"), "{reason}");
     let run = AssembleOptions { run: true, ..Default::default() };
     assert_eq!(assemble(&three, &run).decision, Decision::RunDegraded);

@@ -3,8 +3,7 @@
 
 use proptest::prelude::*;
 use uraid_core::metadata::{
-    BitmapSuperblock, MetadataError, MetadataVersion, Superblock, Superblock090, Superblock1,
-    WriteIntentBits, MD_SB_MAGIC,
+    BitmapSuperblock, MetadataError, MetadataVersion, Superblock, Superblock090, Superblock1, WriteIntentBits, MD_SB_MAGIC,
 };
 
 /// Turns random bytes into a valid 1.x superblock image: magic, version 1, a `max_dev` that

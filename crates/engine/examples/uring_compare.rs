@@ -179,13 +179,16 @@ fn fill(path: &Path, size: u64) {
 /// A RAID5 over `files`, assumed clean (the parity of the filler is not right, which
 /// does not matter for timing).
 fn create(files: &[PathBuf], size: u64, chunk: u64) {
-    let members: Vec<Option<Arc<dyn Member>>> = files
-        .iter()
-        .map(|f| Some(Arc::new(FileMember::open_with(f, true, IoMode::Buffered).expect("open")) as Arc<dyn Member>))
-        .collect();
+    let members: Vec<Option<Arc<dyn Member>>> =
+        files.iter().map(|f| Some(Arc::new(FileMember::open_with(f, true, IoMode::Buffered).expect("open")) as Arc<dyn Member>)).collect();
     let new = |i: usize| NewDevice { size_bytes: size, device_uuid: [i as u8 + 1; 16] };
-    let mut req =
-        CreateRequest::new(Level::Raid5, "bench", (0..files.len()).map(|i| Some(new(i))).collect(), [0x42; 16], MdTime::from_parts(1_700_000_000, 0));
+    let mut req = CreateRequest::new(
+        Level::Raid5,
+        "bench",
+        (0..files.len()).map(|i| Some(new(i))).collect(),
+        [0x42; 16],
+        MdTime::from_parts(1_700_000_000, 0),
+    );
     req.chunk_bytes = Some(chunk as u32);
     req.initial_sync = InitialSync::AssumeClean;
     let plan = plan_create(&req).expect("plan");

@@ -287,18 +287,16 @@ impl FileMember {
         } else if meta.is_file() {
             meta.len()
         } else {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{}: not a regular file or block device", path.display()),
-            ));
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{}: not a regular file or block device", path.display())));
         };
         let direct = match mode {
             IoMode::Buffered => None,
             IoMode::Auto if !is_block => None,
             IoMode::Auto => open_direct(path, writable, is_block, size).ok(),
-            IoMode::Direct => Some(open_direct(path, writable, is_block, size).map_err(|e| {
-                io::Error::new(e.kind(), format!("{}: direct I/O (O_DIRECT) refused: {e}", path.display()))
-            })?),
+            IoMode::Direct => Some(
+                open_direct(path, writable, is_block, size)
+                    .map_err(|e| io::Error::new(e.kind(), format!("{}: direct I/O (O_DIRECT) refused: {e}", path.display())))?,
+            ),
         };
         Ok(FileMember {
             label: path.display().to_string(),
@@ -412,11 +410,7 @@ const EINVAL: i32 = rustix::io::Errno::INVAL.raw_os_error();
 /// refuse the I/O).
 fn open_direct(path: &Path, writable: bool, is_block: bool, size: u64) -> io::Result<DirectFd> {
     use std::os::unix::fs::OpenOptionsExt;
-    let file = OpenOptions::new()
-        .read(true)
-        .write(writable)
-        .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
-        .open(path)?;
+    let file = OpenOptions::new().read(true).write(writable).custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32).open(path)?;
     let (offset_align, mem_align) = dio_alignment(&file, is_block)?;
     let d = DirectFd { file, offset_align, mem_align };
     if size >= offset_align as u64 {
@@ -446,9 +440,7 @@ fn dio_alignment(direct: &File, is_block: bool) -> io::Result<(usize, usize)> {
         }
     } else {
         match dio {
-            Some((0, _)) => {
-                return Err(io::Error::new(io::ErrorKind::Unsupported, "the file system does not support direct I/O here"))
-            }
+            Some((0, _)) => return Err(io::Error::new(io::ErrorKind::Unsupported, "the file system does not support direct I/O here")),
             Some((o, m)) => (o, m.max(1)),
             None => (4096, 4096),
         }
@@ -595,16 +587,24 @@ fn transfer_all<S: std::ops::Deref<Target = [u8]>>(
 
 fn preadv_all(file: &File, bufs: &mut [&mut [u8]], offset: u64, label: &str) -> io::Result<()> {
     let mut slices: Vec<IoSliceMut> = bufs.iter_mut().map(|b| IoSliceMut::new(b)).collect();
-    transfer_all(&mut slices, offset, IoSliceMut::advance_slices, |s, at| rustix::io::preadv(file, s, at), || {
-        io::Error::new(io::ErrorKind::UnexpectedEof, format!("{label}: short read"))
-    })
+    transfer_all(
+        &mut slices,
+        offset,
+        IoSliceMut::advance_slices,
+        |s, at| rustix::io::preadv(file, s, at),
+        || io::Error::new(io::ErrorKind::UnexpectedEof, format!("{label}: short read")),
+    )
 }
 
 fn pwritev_all(file: &File, bufs: &[&[u8]], offset: u64, label: &str) -> io::Result<()> {
     let mut slices: Vec<IoSlice> = bufs.iter().map(|b| IoSlice::new(b)).collect();
-    transfer_all(&mut slices, offset, IoSlice::advance_slices, |s, at| rustix::io::pwritev(file, s, at), || {
-        io::Error::new(io::ErrorKind::WriteZero, format!("{label}: wrote nothing"))
-    })
+    transfer_all(
+        &mut slices,
+        offset,
+        IoSlice::advance_slices,
+        |s, at| rustix::io::pwritev(file, s, at),
+        || io::Error::new(io::ErrorKind::WriteZero, format!("{label}: wrote nothing")),
+    )
 }
 
 impl Member for FileMember {

@@ -93,9 +93,9 @@ fn switched_off() -> bool {
 /// set up this thread's ring first, if that was not done yet).
 pub fn unavailable() -> Option<String> {
     let _ = with_ring(|_| ());
-    DISABLED.load(Ordering::Relaxed).then(|| {
-        WHY_DISABLED.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_else(|| "io_uring unavailable".into())
-    })
+    DISABLED
+        .load(Ordering::Relaxed)
+        .then(|| WHY_DISABLED.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_else(|| "io_uring unavailable".into()))
 }
 
 /// Runs `f` on this thread's ring, creating it first if needed. `None` when io_uring is off,
@@ -204,7 +204,8 @@ impl Drop for InFlight<'_> {
 }
 
 fn is_transient(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock) || e.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error())
+    matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock)
+        || e.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error())
 }
 
 /// One `struct iovec` (same layout: base pointer, length).

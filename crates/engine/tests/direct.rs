@@ -176,11 +176,7 @@ fn auto_mode_goes_direct_on_a_4k_sector_loop_device() {
     let (backing, o) = (dir.path().join("backing.img"), dir.path().join("oracle.img"));
     sized_file(&backing, 64 << 20);
     sized_file(&o, 64 << 20);
-    let out = match std::process::Command::new("losetup")
-        .args(["--find", "--show", "--sector-size", "4096"])
-        .arg(&backing)
-        .output()
-    {
+    let out = match std::process::Command::new("losetup").args(["--find", "--show", "--sector-size", "4096"]).arg(&backing).output() {
         Ok(out) if out.status.success() => out,
         Ok(out) => {
             eprintln!("skipped: losetup failed: {}", String::from_utf8_lossy(&out.stderr).trim());

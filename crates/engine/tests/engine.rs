@@ -69,8 +69,7 @@ fn degraded_reads_and_writes_keep_data_for_every_tolerated_loss() {
             a.close().unwrap();
             drop(a);
             // Reassemble from the survivors only: the failed ones are marked faulty.
-            let survivors: Vec<_> =
-                made.members.iter().enumerate().filter(|(i, _)| !fail.contains(i)).map(|(_, m)| m.clone()).collect();
+            let survivors: Vec<_> = made.members.iter().enumerate().filter(|(i, _)| !fail.contains(i)).map(|(_, m)| m.clone()).collect();
             let again = open(&survivors, true);
             assert!(read_all(&again) == model, "{:?} {:?} minus {fail:?}: after reassembly", shape.level, shape.layout);
         }
@@ -309,7 +308,13 @@ fn a_spare_added_during_a_rebuild_is_rebuilt_next() {
 
 #[test]
 fn discard_reads_back_zeros_and_keeps_redundancy_consistent() {
-    for shape in [Shape::new(Level::Raid0, 3), Shape::new(Level::Raid1, 2), Shape::new(Level::Raid10, 4), Shape::new(Level::Raid5, 4), Shape::new(Level::Raid6, 5)] {
+    for shape in [
+        Shape::new(Level::Raid0, 3),
+        Shape::new(Level::Raid1, 2),
+        Shape::new(Level::Raid10, 4),
+        Shape::new(Level::Raid5, 4),
+        Shape::new(Level::Raid6, 5),
+    ] {
         let made = make(&shape);
         let a = open(&made.members, false);
         let mut model = vec![0u8; a.size_bytes() as usize];

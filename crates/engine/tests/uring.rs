@@ -162,7 +162,8 @@ fn the_same_tests_pass_on_the_pool_without_io_uring() {
     if switched_off() {
         return; // the child itself
     }
-    let tests = ["raid5_over_direct_members_on_io_uring", "raid6_over_direct_members_on_io_uring", "raid10_over_direct_members_on_io_uring"];
+    let tests =
+        ["raid5_over_direct_members_on_io_uring", "raid6_over_direct_members_on_io_uring", "raid10_over_direct_members_on_io_uring"];
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .env("URAID_NO_IO_URING", "1")
         .args(["--exact", "--nocapture", "--test-threads", "2"])

@@ -3,9 +3,9 @@
 //! `open` for why), so this layer holds no data of its own.
 
 use fuser::{
-    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
+    OpenAccMode, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    Request, TimeOrNow, WriteFlags,
 };
 use std::cell::RefCell;
 use std::ffi::OsStr;
@@ -348,9 +348,7 @@ impl Filesystem for ArrayFs {
         }
         let mut entries: Vec<(INodeNo, FileType, &str)> =
             vec![(INodeNo::ROOT, FileType::Directory, "."), (INodeNo::ROOT, FileType::Directory, "..")];
-        entries.extend(
-            self.files.iter().enumerate().map(|(i, f)| (INodeNo(i as u64 + 2), FileType::RegularFile, f.name.as_str())),
-        );
+        entries.extend(self.files.iter().enumerate().map(|(i, f)| (INodeNo(i as u64 + 2), FileType::RegularFile, f.name.as_str())));
         // The offset given back is the index of the next entry, so a listing continued in a
         // second call resumes where the buffer filled.
         for (i, (ino, kind, name)) in entries.into_iter().enumerate().skip(offset as usize) {
@@ -373,16 +371,7 @@ impl Filesystem for ArrayFs {
         reply.ok();
     }
 
-    fn fallocate(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        length: u64,
-        mode: i32,
-        reply: ReplyEmpty,
-    ) {
+    fn fallocate(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
         let Some(f) = self.file(ino) else { return reply.error(Errno::ENOENT) };
         if !f.array.is_writable() {
             return reply.error(Errno::EROFS);
@@ -435,16 +424,7 @@ impl Filesystem for ArrayFs {
 
     // The directory is fixed: one file per served array, created by `uraid serve`.
 
-    fn mknod(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
-        _mode: u32,
-        _umask: u32,
-        _rdev: u32,
-        reply: ReplyEntry,
-    ) {
+    fn mknod(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, _mode: u32, _umask: u32, _rdev: u32, reply: ReplyEntry) {
         reply.error(Errno::EPERM);
     }
 
@@ -473,14 +453,7 @@ impl Filesystem for ArrayFs {
         reply.error(Errno::EPERM);
     }
 
-    fn symlink(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _link_name: &OsStr,
-        _target: &std::path::Path,
-        reply: ReplyEntry,
-    ) {
+    fn symlink(&self, _req: &Request, _parent: INodeNo, _link_name: &OsStr, _target: &std::path::Path, reply: ReplyEntry) {
         reply.error(Errno::EPERM);
     }
 
@@ -488,16 +461,7 @@ impl Filesystem for ArrayFs {
         reply.error(Errno::EPERM);
     }
 
-    fn create(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
-        _mode: u32,
-        _umask: u32,
-        _flags: i32,
-        reply: ReplyCreate,
-    ) {
+    fn create(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, _mode: u32, _umask: u32, _flags: i32, reply: ReplyCreate) {
         reply.error(Errno::EPERM);
     }
 }

@@ -39,9 +39,7 @@ pub enum FuseError {
     NotADirectory(PathBuf),
     #[error("/dev/fuse is missing: the kernel has no FUSE support here (try `modprobe fuse`)")]
     NoFuseDevice,
-    #[error(
-        "mounting FUSE on {dir}: {source} (as non-root, the `fusermount3` helper from the fuse3 package is needed)"
-    )]
+    #[error("mounting FUSE on {dir}: {source} (as non-root, the `fusermount3` helper from the fuse3 package is needed)")]
     Mount { dir: PathBuf, source: io::Error },
     #[error("{0}: busy (a loop device or a process still has an array file open); detach it and retry")]
     Busy(PathBuf),
@@ -126,13 +124,7 @@ pub fn mount_with(
 ) -> Result<FuseMount, FuseError> {
     let mut seen = HashSet::new();
     for (name, _) in &arrays {
-        if name.is_empty()
-            || name == "."
-            || name == ".."
-            || name.contains('/')
-            || name.contains('\0')
-            || name.len() > 255
-        {
+        if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') || name.len() > 255 {
             return Err(FuseError::InvalidName(name.clone()));
         }
         if !seen.insert(name.as_str()) {
@@ -168,19 +160,15 @@ pub fn mount_with(
     // queue and one lock in the kernel.
     config.clone_fd = opts.threads > 1;
 
-    let mut session =
-        Session::new(filesystem, dir, &config).map_err(|source| FuseError::Mount { dir: dir.to_path_buf(), source })?;
+    let mut session = Session::new(filesystem, dir, &config).map_err(|source| FuseError::Mount { dir: dir.to_path_buf(), source })?;
     let unmounter = session.unmount_callable();
     let session = std::thread::Builder::new()
         .name("uraid-fuse".into())
         .spawn(move || session.run())
         .map_err(|source| FuseError::Mount { dir: dir.to_path_buf(), source })?;
 
-    let shared = Arc::new(Shared {
-        dir: dir.to_path_buf(),
-        files,
-        state: Mutex::new(State::Mounted { unmounter: Some(unmounter), session }),
-    });
+    let shared =
+        Arc::new(Shared { dir: dir.to_path_buf(), files, state: Mutex::new(State::Mounted { unmounter: Some(unmounter), session }) });
     let quit = Arc::new(AtomicBool::new(false));
     let watcher = {
         let shared = shared.clone();

@@ -44,16 +44,13 @@ fn random_io_matches_model_and_survives_reassembly() {
 
     let dir = tempfile::tempdir().expect("tempdir");
     let stop = Arc::new(AtomicBool::new(false));
-    let mut m = mount(dir.path(), vec![("data.img".into(), a5.clone()), ("mirror.img".into(), a1.clone())], stop)
-        .expect("mount");
+    let mut m = mount(dir.path(), vec![("data.img".into(), a5.clone()), ("mirror.img".into(), a1.clone())], stop).expect("mount");
     assert!(is_mount_point(dir.path()));
     assert_eq!(m.files(), &[dir.path().join("data.img"), dir.path().join("mirror.img")]);
 
     // Directory and metadata.
-    let mut names: Vec<String> = std::fs::read_dir(dir.path())
-        .expect("readdir")
-        .map(|e| e.expect("entry").file_name().into_string().expect("utf8"))
-        .collect();
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir.path()).expect("readdir").map(|e| e.expect("entry").file_name().into_string().expect("utf8")).collect();
     names.sort();
     assert_eq!(names, ["data.img", "mirror.img"]);
     let md = std::fs::metadata(dir.path().join("data.img")).expect("stat");
@@ -170,10 +167,7 @@ fn random_io_matches_model_and_survives_reassembly() {
     assert_eq!(errno(&e), libc_consts::EPERM, "{e}");
     if is_root() {
         // Root bypasses mode bits, so the engine's read-only gate is what answers.
-        let e = OpenOptions::new()
-            .write(true)
-            .open(dir.path().join("mirror.img"))
-            .expect_err("write-open a read-only array");
+        let e = OpenOptions::new().write(true).open(dir.path().join("mirror.img")).expect_err("write-open a read-only array");
         assert_eq!(errno(&e), libc_consts::EROFS, "{e}");
     }
     let mirror = std::fs::read(dir.path().join("mirror.img")).expect("read mirror");
@@ -217,11 +211,7 @@ fn stop_flag_and_drop_unmount() {
     let stop = Arc::new(AtomicBool::new(false));
     let m = mount(dir.path(), vec![("a".into(), array.clone())], stop.clone()).expect("mount");
     // Not std::fs::write: its O_TRUNC would ask to shrink the file, which is refused.
-    OpenOptions::new()
-        .write(true)
-        .open(dir.path().join("a"))
-        .and_then(|f| f.write_all_at(b"hello", 0))
-        .expect("write through fuse");
+    OpenOptions::new().write(true).open(dir.path().join("a")).and_then(|f| f.write_all_at(b"hello", 0)).expect("write through fuse");
     let (tx, rx) = std::sync::mpsc::channel();
     let waiter = std::thread::spawn(move || tx.send(m.wait()).expect("send the outcome"));
     // Nothing but the stop flag (or an external unmount) may end the wait.
@@ -274,10 +264,7 @@ fn stop_flag_and_drop_unmount() {
     // Bad names are refused before mounting.
     let stop = Arc::new(AtomicBool::new(false));
     for bad in ["", ".", "..", "a/b"] {
-        assert!(matches!(
-            mount(dir.path(), vec![(bad.into(), array.clone())], stop.clone()),
-            Err(FuseError::InvalidName(_))
-        ));
+        assert!(matches!(mount(dir.path(), vec![(bad.into(), array.clone())], stop.clone()), Err(FuseError::InvalidName(_))));
     }
     assert!(matches!(
         mount(dir.path(), vec![("x".into(), array.clone()), ("x".into(), array.clone())], stop),

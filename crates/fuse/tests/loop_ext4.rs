@@ -108,8 +108,7 @@ fn ext4_on_loop_on_fuse_on_raid5() {
 
     // Guards are declared in mount order, so on a failure they unwind in reverse: ext4
     // unmounted, loop detached, FUSE unmounted (lazily if the loop has not let go yet).
-    let mut fuse =
-        mount(&fuse_dir, vec![("r5.img".into(), array.clone())], Arc::new(AtomicBool::new(false))).expect("mount FUSE");
+    let mut fuse = mount(&fuse_dir, vec![("r5.img".into(), array.clone())], Arc::new(AtomicBool::new(false))).expect("mount FUSE");
     let image = fuse.files()[0].clone();
     let dev = run("losetup", &["--find", "--show", image.to_str().expect("path")]).trim().to_string();
     assert!(dev.starts_with("/dev/loop"), "losetup said {dev:?}");
@@ -159,11 +158,8 @@ fn ext4_on_loop_on_fuse_on_raid5() {
     }
     assert_eq!(report.mismatch_sectors, 0, "parity mismatches after the ext4 workload: {report:?}");
     // Assigned, not shadowed, so the guards still unwind after it (ext4, loop, FUSE).
-    fuse = mount(&fuse_dir, vec![("r5.img".into(), array.clone())], Arc::new(AtomicBool::new(false)))
-        .expect("remount FUSE");
-    let dev = run("losetup", &["--find", "--show", "--read-only", fuse.files()[0].to_str().expect("path")])
-        .trim()
-        .to_string();
+    fuse = mount(&fuse_dir, vec![("r5.img".into(), array.clone())], Arc::new(AtomicBool::new(false))).expect("remount FUSE");
+    let dev = run("losetup", &["--find", "--show", "--read-only", fuse.files()[0].to_str().expect("path")]).trim().to_string();
     lo = LoopGuard(Some(dev.clone()));
     run("e2fsck", &["-fn", &dev]);
     run("mount", &["-o", "ro", &dev, mnt_dir.to_str().expect("path")]);

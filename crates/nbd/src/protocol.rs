@@ -415,9 +415,7 @@ impl OptionRequest {
             opt::INFO => OptionRequest::Info(ExportQuery::decode_data(data)?),
             opt::GO => OptionRequest::Go(ExportQuery::decode_data(data)?),
             opt::STRUCTURED_REPLY if data.is_empty() => OptionRequest::StructuredReply,
-            opt::STRUCTURED_REPLY => {
-                return Err(ProtocolError::Malformed { what: "NBD_OPT_STRUCTURED_REPLY", why: "carries data" })
-            }
+            opt::STRUCTURED_REPLY => return Err(ProtocolError::Malformed { what: "NBD_OPT_STRUCTURED_REPLY", why: "carries data" }),
             other => OptionRequest::Other { option: other, data: data.to_vec() },
         })
     }
@@ -508,12 +506,22 @@ impl ServerEntry {
 /// The payload of `NBD_REP_INFO`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Info {
-    Export { size: u64, flags: u16 },
+    Export {
+        size: u64,
+        flags: u16,
+    },
     Name(String),
     Description(String),
-    BlockSize { minimum: u32, preferred: u32, maximum: u32 },
+    BlockSize {
+        minimum: u32,
+        preferred: u32,
+        maximum: u32,
+    },
     /// A type this decoder does not know ("the client MUST ignore" it).
-    Other { info_type: u16, data: Vec<u8> },
+    Other {
+        info_type: u16,
+        data: Vec<u8>,
+    },
 }
 
 impl Info {
@@ -734,13 +742,25 @@ pub fn transmission_flags(read_only: bool) -> u16 {
 /// A request the server will carry out (all checks passed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Validated {
-    Read { offset: u64, length: u32 },
-    Write { offset: u64, length: u32, fua: bool },
+    Read {
+        offset: u64,
+        length: u32,
+    },
+    Write {
+        offset: u64,
+        length: u32,
+        fua: bool,
+    },
     Flush,
     /// TRIM and WRITE_ZEROES: afterwards the range reads as zeros. `may_discard`: the
     /// server may free the space (TRIM, or WRITE_ZEROES without NO_HOLE) — the array then
     /// discards on mirror/stripe members and writes zeros on parity levels.
-    Zero { offset: u64, length: u32, fua: bool, may_discard: bool },
+    Zero {
+        offset: u64,
+        length: u32,
+        fua: bool,
+        may_discard: bool,
+    },
     Disconnect,
 }
 
@@ -814,8 +834,7 @@ pub fn check_decoders(data: &[u8]) {
     }
     // The option data decoders on their own, for every option the server knows.
     if let Some((code, body)) = data.split_first() {
-        let option = [opt::EXPORT_NAME, opt::ABORT, opt::LIST, opt::INFO, opt::GO, opt::STRUCTURED_REPLY]
-            [*code as usize % 6];
+        let option = [opt::EXPORT_NAME, opt::ABORT, opt::LIST, opt::INFO, opt::GO, opt::STRUCTURED_REPLY][*code as usize % 6];
         if let Ok(req) = OptionRequest::decode(option, body) {
             let again = OptionRequest::decode_message(&req.encode()).map(|r| r.0);
             assert_eq!(again.as_ref(), Ok(&req), "option data does not round-trip");

@@ -303,9 +303,7 @@ fn handshake(s: &mut Stream, exports: &[Export], stop: &AtomicBool, config: &Ser
     s.write_all(&protocol::ServerGreeting { flags: server_flags }.encode())?;
     let mut flags = [0u8; protocol::CLIENT_FLAGS_LEN];
     read_full(s, &mut flags, stop, deadline)?;
-    let no_zeroes = ClientFlags::decode(&flags)
-        .and_then(|f| f.negotiate(server_flags))
-        .map_err(|e| Halt::Protocol(e.to_string()))?;
+    let no_zeroes = ClientFlags::decode(&flags).and_then(|f| f.negotiate(server_flags)).map_err(|e| Halt::Protocol(e.to_string()))?;
 
     for _ in 0..config.max_options {
         let mut hdr = [0u8; protocol::OPTION_HEADER_LEN];
@@ -481,11 +479,7 @@ fn transmission(mut reader: Stream, writer: Stream, export: &Export, stop: &Atom
     let conn = Arc::new(Conn {
         array: export.array.clone(),
         writer: Mutex::new(ReplyWriter { stream: writer, broken: false }),
-        budget: Budget {
-            used: Mutex::new(0),
-            freed: Condvar::new(),
-            max: config.inflight_bytes_max.max(protocol::MAX_PAYLOAD as u64),
-        },
+        budget: Budget { used: Mutex::new(0), freed: Condvar::new(), max: config.inflight_bytes_max.max(protocol::MAX_PAYLOAD as u64) },
     });
     let (tx, rx) = sync_channel::<Job>(QUEUE_DEPTH);
     let rx = Arc::new(Mutex::new(rx));

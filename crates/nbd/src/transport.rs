@@ -48,17 +48,11 @@ fn bind_unix(path: &Path) -> io::Result<Listener> {
     }
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
-            return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                format!("{}: exists and is not a socket", path.display()),
-            ));
+            return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("{}: exists and is not a socket", path.display())));
         }
         // A socket file outlives its server; only replace it if nobody answers.
         if UnixStream::connect(path).is_ok() {
-            return Err(io::Error::new(
-                io::ErrorKind::AddrInUse,
-                format!("{}: a server is already listening", path.display()),
-            ));
+            return Err(io::Error::new(io::ErrorKind::AddrInUse, format!("{}: a server is already listening", path.display())));
         }
         std::fs::remove_file(path)?;
     }

@@ -81,10 +81,7 @@ fn handshake_options() {
     assert!(infos.contains(&Info::BlockSize { minimum: 1, preferred: 4096, maximum: 32 << 20 }));
 
     let infos = s.go("alpha");
-    let flags = infos
-        .iter()
-        .find_map(|i| if let Info::Export { flags, .. } = i { Some(*flags) } else { None })
-        .expect("export info");
+    let flags = infos.iter().find_map(|i| if let Info::Export { flags, .. } = i { Some(*flags) } else { None }).expect("export info");
     assert_eq!(flags, transmission_flags(false));
     assert!(infos.contains(&Info::Name("alpha".into())));
     assert_eq!(s.read_at(0, 512).expect("read").len(), 512);
@@ -251,7 +248,8 @@ fn read_only_export_refuses_writes() {
 fn malformed_clients_are_disconnected_and_the_server_survives() {
     // A handshake deadline far beyond the hang guard: every close below is the server's answer
     // to the violation (never the deadline), and no well-behaved client is too slow for it.
-    let config = ServerConfig { handshake_timeout: Duration::from_secs(3600), poll_interval: Duration::from_millis(20), ..Default::default() };
+    let config =
+        ServerConfig { handshake_timeout: Duration::from_secs(3600), poll_interval: Duration::from_millis(20), ..Default::default() };
     let server = Running::start_with("127.0.0.1:0", vec![export("m")], config);
 
     // Bad request magic in transmission.
@@ -289,7 +287,8 @@ fn malformed_clients_are_disconnected_and_the_server_survives() {
     // server of its own): closed at all (not left open until our read time-out, the hang
     // guard), and not before the deadline (which runs from the accept, after our connect),
     // so it was the deadline that dropped it.
-    let config = ServerConfig { handshake_timeout: Duration::from_millis(500), poll_interval: Duration::from_millis(20), ..Default::default() };
+    let config =
+        ServerConfig { handshake_timeout: Duration::from_millis(500), poll_interval: Duration::from_millis(20), ..Default::default() };
     let quick = Running::start_with("127.0.0.1:0", vec![export("q")], config);
     let t = Instant::now();
     let mut s = Sock::connect(&quick.addr);
@@ -394,7 +393,8 @@ fn writes_on_one_connection_visible_and_flushed_from_another() {
 #[test]
 fn stop_is_prompt_with_clients_connected() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = ServerConfig { handshake_timeout: Duration::from_secs(3600), poll_interval: Duration::from_millis(20), ..Default::default() };
+    let config =
+        ServerConfig { handshake_timeout: Duration::from_secs(3600), poll_interval: Duration::from_millis(20), ..Default::default() };
     let mut server = Running::start_with(&unix_addr(&dir), vec![export("s")], config);
     let (mut idle, _, _) = Sock::open(&server.addr, "s");
     let mut half = Sock::connect(&server.addr);

@@ -6,16 +6,12 @@ use uraid_nbd::protocol::*;
 
 /// Valid protocol strings: no NUL, at most 4096 bytes (mixed ASCII and multi-byte).
 fn nbd_string() -> impl Strategy<Value = String> {
-    prop::collection::vec(prop_oneof![4 => 1u8..128, 1 => 128u8..=255], 0..300).prop_map(|v| {
-        v.into_iter()
-            .map(|b| if b < 128 { b as char } else { char::from_u32(0x3B1 + b as u32).unwrap_or('x') })
-            .collect()
-    })
+    prop::collection::vec(prop_oneof![4 => 1u8..128, 1 => 128u8..=255], 0..300)
+        .prop_map(|v| v.into_iter().map(|b| if b < 128 { b as char } else { char::from_u32(0x3B1 + b as u32).unwrap_or('x') }).collect())
 }
 
 fn query() -> impl Strategy<Value = ExportQuery> {
-    (nbd_string(), prop::collection::vec(any::<u16>(), 0..20))
-        .prop_map(|(name, info_requests)| ExportQuery { name, info_requests })
+    (nbd_string(), prop::collection::vec(any::<u16>(), 0..20)).prop_map(|(name, info_requests)| ExportQuery { name, info_requests })
 }
 
 fn option_request() -> impl Strategy<Value = OptionRequest> {

@@ -36,10 +36,7 @@ fn stdout(o: &Output) -> String {
 
 /// A RAID6 of five 8 MiB members (about 24 MiB, room for the 8 MiB file) and a RAID1.
 fn exports() -> Vec<Export> {
-    vec![
-        Export::new(array(Level::Raid6, 5, 8 << 20, "data")),
-        Export::new(array(Level::Raid1, 2, 2 << 20, "mirror")),
-    ]
+    vec![Export::new(array(Level::Raid6, 5, 8 << 20, "data")), Export::new(array(Level::Raid1, 2, 2 << 20, "mirror"))]
 }
 
 #[test]

@@ -20,8 +20,7 @@ impl AlignedBuf {
     /// `len` zero bytes aligned to `align` (a power of two). Panics if the size overflows or
     /// allocation fails, as `Vec` does.
     pub fn zeroed(len: usize, align: usize) -> Self {
-        let layout = Layout::from_size_align(len.max(1), align)
-            .expect("valid size and power-of-two alignment");
+        let layout = Layout::from_size_align(len.max(1), align).expect("valid size and power-of-two alignment");
         // SAFETY: layout has non-zero size.
         let raw = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));

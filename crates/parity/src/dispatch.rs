@@ -22,14 +22,7 @@ pub enum Op {
 }
 
 impl Op {
-    pub const ALL: [Op; 6] = [
-        Op::GenP,
-        Op::GenPq,
-        Op::UpdatePq,
-        Op::Recov2Data,
-        Op::RecovDataP,
-        Op::RecovDataQ,
-    ];
+    pub const ALL: [Op; 6] = [Op::GenP, Op::GenPq, Op::UpdatePq, Op::Recov2Data, Op::RecovDataP, Op::RecovDataQ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -194,11 +187,7 @@ impl Selection {
     /// The kernel for `op` on blocks of `block_bytes`.
     pub fn kernel_for(&self, op: Op, block_bytes: usize) -> &'static Kernel {
         let size = SizeClass::of(block_bytes);
-        self.choices
-            .iter()
-            .find(|c| c.op == op && c.size == size)
-            .map(|c| c.kernel)
-            .unwrap_or(&all_kernels()[0])
+        self.choices.iter().find(|c| c.op == op && c.size == size).map(|c| c.kernel).unwrap_or(&all_kernels()[0])
     }
 
     /// Lines in the style of the kernel's boot log (`raid6: avx512x4 gen() 31460 MB/s`).
@@ -206,24 +195,14 @@ impl Selection {
         let mut lines = Vec::new();
         for c in &self.choices {
             for (name, mbs) in &c.candidates {
-                lines.push(format!(
-                    "parity: {:<14} {}() {:>3} {:>7.0} MB/s",
-                    name,
-                    c.op.name(),
-                    c.size.name(),
-                    mbs
-                ));
+                lines.push(format!("parity: {:<14} {}() {:>3} {:>7.0} MB/s", name, c.op.name(), c.size.name(), mbs));
             }
             lines.push(format!(
                 "parity: using {} for {}() on {} blocks{}",
                 c.kernel.name,
                 c.op.name(),
                 c.size.name(),
-                if c.forced {
-                    " (forced by URAID_PARITY_KERNEL)"
-                } else {
-                    ""
-                }
+                if c.forced { " (forced by URAID_PARITY_KERNEL)" } else { "" }
             ));
         }
         lines
@@ -241,9 +220,7 @@ const PROBE_BLOCKS: usize = 8;
 const PROBE_TIME: Duration = Duration::from_millis(2);
 
 fn select() -> Selection {
-    let forced_name = std::env::var("URAID_PARITY_KERNEL")
-        .ok()
-        .filter(|s| !s.is_empty());
+    let forced_name = std::env::var("URAID_PARITY_KERNEL").ok().filter(|s| !s.is_empty());
     let forced = forced_name.as_deref().and_then(|n| {
         let k = kernel_by_name(n);
         match k {
@@ -264,13 +241,7 @@ fn select() -> Selection {
         let stripe = crate::testdata::Stripe::random(PROBE_BLOCKS, size.probe_bytes(), 0x5eed);
         for op in Op::ALL {
             if let Some(k) = forced.filter(|k| k.implements(op)) {
-                choices.push(Choice {
-                    op,
-                    size,
-                    kernel: k,
-                    candidates: Vec::new(),
-                    forced: true,
-                });
+                choices.push(Choice { op, size, kernel: k, candidates: Vec::new(), forced: true });
                 continue;
             }
             let mut candidates = Vec::new();
@@ -278,11 +249,7 @@ fn select() -> Selection {
             for k in supported_kernels().filter(|k| k.implements(op)) {
                 // A kernel that disagrees with the reference is never chosen (and tests fail).
                 if !crate::testdata::kernel_matches_reference(k, op, &stripe) {
-                    eprintln!(
-                        "parity: {} {}() disagrees with the scalar reference; not used",
-                        k.name,
-                        op.name()
-                    );
+                    eprintln!("parity: {} {}() disagrees with the scalar reference; not used", k.name, op.name());
                     continue;
                 }
                 let mbs = measure(k, op, &stripe, PROBE_TIME);
@@ -292,13 +259,7 @@ fn select() -> Selection {
                 }
             }
             let kernel = best.map(|(k, _)| k).unwrap_or(&all_kernels()[0]);
-            choices.push(Choice {
-                op,
-                size,
-                kernel,
-                candidates,
-                forced: false,
-            });
+            choices.push(Choice { op, size, kernel, candidates, forced: false });
         }
     }
     Selection { choices }

@@ -131,11 +131,7 @@ impl Kernel {
             // SAFETY: counts and lengths checked above; the kernel is supported (callers get
             // kernels from the dispatcher or check `is_supported`, asserted here).
             Some(f) => {
-                assert!(
-                    self.is_supported(),
-                    "kernel {} not supported by this CPU",
-                    self.name
-                );
+                assert!(self.is_supported(), "kernel {} not supported by this CPU", self.name);
                 unsafe { f(srcs.as_slice(), p.as_mut_ptr(), p.len()) }
             }
             None => scalar::gen_p(data, p),
@@ -148,11 +144,7 @@ impl Kernel {
         check_count(data.len(), MAX_DATA_BLOCKS)?;
         check_len(p.len(), q.len())?;
         let srcs = Sources::of(data, p.len())?;
-        assert!(
-            self.is_supported(),
-            "kernel {} not supported by this CPU",
-            self.name
-        );
+        assert!(self.is_supported(), "kernel {} not supported by this CPU", self.name);
         // SAFETY: counts and lengths checked; p and q are distinct &mut of len bytes.
         unsafe { (self.gen_pq)(srcs.as_slice(), p.as_mut_ptr(), q.as_mut_ptr(), p.len()) }
         Ok(())
@@ -161,49 +153,22 @@ impl Kernel {
     /// Folds data blocks `first..first + data.len()` into P and Q (the kernel's
     /// `xor_syndrome`): call with the old contents, then the new, to update parity for a
     /// partial-stripe write without reading the untouched blocks.
-    pub fn update_pq(
-        &self,
-        first: usize,
-        data: &[&[u8]],
-        p: &mut [u8],
-        q: &mut [u8],
-    ) -> Result<(), ParityError> {
+    pub fn update_pq(&self, first: usize, data: &[&[u8]], p: &mut [u8], q: &mut [u8]) -> Result<(), ParityError> {
         check_count(data.len(), MAX_DATA_BLOCKS)?;
         if first + data.len() > MAX_DATA_BLOCKS {
-            return Err(ParityError::TooManyBlocks {
-                count: first + data.len(),
-                max: MAX_DATA_BLOCKS,
-            });
+            return Err(ParityError::TooManyBlocks { count: first + data.len(), max: MAX_DATA_BLOCKS });
         }
         check_len(p.len(), q.len())?;
         let srcs = Sources::of(data, p.len())?;
-        assert!(
-            self.is_supported(),
-            "kernel {} not supported by this CPU",
-            self.name
-        );
+        assert!(self.is_supported(), "kernel {} not supported by this CPU", self.name);
         // SAFETY: as gen_pq; p/q are read and written at the same offsets only.
-        unsafe {
-            (self.update_pq)(
-                first,
-                srcs.as_slice(),
-                p.as_mut_ptr(),
-                q.as_mut_ptr(),
-                p.len(),
-            )
-        }
+        unsafe { (self.update_pq)(first, srcs.as_slice(), p.as_mut_ptr(), q.as_mut_ptr(), p.len()) }
         Ok(())
     }
 
     /// Rebuilds the `lost` blocks (at most two, distinct) of a RAID6 stripe in place from the
     /// others. The lost buffers' contents are ignored and overwritten.
-    pub fn recover_raid6(
-        &self,
-        data: &mut [&mut [u8]],
-        p: &mut [u8],
-        q: &mut [u8],
-        lost: &[Block],
-    ) -> Result<(), ParityError> {
+    pub fn recover_raid6(&self, data: &mut [&mut [u8]], p: &mut [u8], q: &mut [u8], lost: &[Block]) -> Result<(), ParityError> {
         let n = data.len();
         check_count(n, MAX_DATA_BLOCKS)?;
         let len = p.len();
@@ -217,18 +182,11 @@ impl Kernel {
         for b in &lost {
             if let Block::Data(i) = b {
                 if *i >= n {
-                    return Err(ParityError::IndexOutOfRange {
-                        index: *i,
-                        count: n,
-                    });
+                    return Err(ParityError::IndexOutOfRange { index: *i, count: n });
                 }
             }
         }
-        assert!(
-            self.is_supported(),
-            "kernel {} not supported by this CPU",
-            self.name
-        );
+        assert!(self.is_supported(), "kernel {} not supported by this CPU", self.name);
         let mut ptr_table = PointerTable::new(n, std::ptr::null_mut::<u8>());
         let ptrs = ptr_table.as_mut_slice();
         for (slot, d) in ptrs.iter_mut().zip(data.iter_mut()) {
@@ -263,18 +221,7 @@ impl Kernel {
             [Block::Data(x), Block::Data(y)] => {
                 srcs[*x] = std::ptr::null();
                 srcs[*y] = std::ptr::null();
-                unsafe {
-                    (self.recov_2data)(
-                        srcs,
-                        *x,
-                        *y,
-                        ptrs[*x],
-                        ptrs[*y],
-                        p.as_ptr(),
-                        q.as_ptr(),
-                        len,
-                    )
-                }
+                unsafe { (self.recov_2data)(srcs, *x, *y, ptrs[*x], ptrs[*y], p.as_ptr(), q.as_ptr(), len) }
             }
             _ => return Err(ParityError::Unrecoverable(lost)),
         }
@@ -282,12 +229,7 @@ impl Kernel {
     }
 
     /// Rebuilds lost block `x` of a RAID4/5 stripe (or a RAID6 stripe that still has P).
-    pub fn recover_from_p(
-        &self,
-        data: &mut [&mut [u8]],
-        x: usize,
-        p: &[u8],
-    ) -> Result<(), ParityError> {
+    pub fn recover_from_p(&self, data: &mut [&mut [u8]], x: usize, p: &[u8]) -> Result<(), ParityError> {
         let n = data.len();
         if x >= n {
             return Err(ParityError::IndexOutOfRange { index: x, count: n });
@@ -308,30 +250,16 @@ pub fn gen_p(data: &[&[u8]], p: &mut [u8]) -> Result<(), ParityError> {
 
 /// P and Q of `data`, with the selected kernel.
 pub fn gen_pq(data: &[&[u8]], p: &mut [u8], q: &mut [u8]) -> Result<(), ParityError> {
-    selection()
-        .kernel_for(Op::GenPq, p.len())
-        .gen_pq(data, p, q)
+    selection().kernel_for(Op::GenPq, p.len()).gen_pq(data, p, q)
 }
 
 /// See [`Kernel::update_pq`].
-pub fn update_pq(
-    first: usize,
-    data: &[&[u8]],
-    p: &mut [u8],
-    q: &mut [u8],
-) -> Result<(), ParityError> {
-    selection()
-        .kernel_for(Op::UpdatePq, p.len())
-        .update_pq(first, data, p, q)
+pub fn update_pq(first: usize, data: &[&[u8]], p: &mut [u8], q: &mut [u8]) -> Result<(), ParityError> {
+    selection().kernel_for(Op::UpdatePq, p.len()).update_pq(first, data, p, q)
 }
 
 /// See [`Kernel::recover_raid6`]; picks the kernel chosen for the kind of loss.
-pub fn recover_raid6(
-    data: &mut [&mut [u8]],
-    p: &mut [u8],
-    q: &mut [u8],
-    lost: &[Block],
-) -> Result<(), ParityError> {
+pub fn recover_raid6(data: &mut [&mut [u8]], p: &mut [u8], q: &mut [u8], lost: &[Block]) -> Result<(), ParityError> {
     let data_lost = lost.iter().filter(|b| matches!(b, Block::Data(_))).count();
     let op = match (data_lost, lost.contains(&Block::Q)) {
         (2, _) => Op::Recov2Data,
@@ -339,16 +267,12 @@ pub fn recover_raid6(
         (1, false) => Op::RecovDataP,
         _ => Op::GenPq,
     };
-    selection()
-        .kernel_for(op, p.len())
-        .recover_raid6(data, p, q, lost)
+    selection().kernel_for(op, p.len()).recover_raid6(data, p, q, lost)
 }
 
 /// See [`Kernel::recover_from_p`].
 pub fn recover_from_p(data: &mut [&mut [u8]], x: usize, p: &[u8]) -> Result<(), ParityError> {
-    selection()
-        .kernel_for(Op::GenP, p.len())
-        .recover_from_p(data, x, p)
+    selection().kernel_for(Op::GenP, p.len()).recover_from_p(data, x, p)
 }
 
 /// Is P the XOR of `data`?

@@ -106,8 +106,7 @@ impl Stripe {
             }
             Op::Recov2Data | Op::RecovDataP | Op::RecovDataQ => {
                 let lost = self.lost_for(op);
-                let mut refs: Vec<&mut [u8]> =
-                    self.data.iter_mut().map(|d| d.as_mut_slice()).collect();
+                let mut refs: Vec<&mut [u8]> = self.data.iter_mut().map(|d| d.as_mut_slice()).collect();
                 k.recover_raid6(&mut refs, &mut self.p, &mut self.q, &lost)
             }
         }

@@ -28,10 +28,7 @@ impl Skewed {
         Skewed { bufs, skew, len }
     }
     fn refs(&self) -> Vec<&[u8]> {
-        self.bufs
-            .iter()
-            .map(|b| &b[self.skew..self.skew + self.len])
-            .collect()
+        self.bufs.iter().map(|b| &b[self.skew..self.skew + self.len]).collect()
     }
 }
 
@@ -43,34 +40,11 @@ fn check_gen(k: &Kernel, blocks: usize, len: usize, skew: usize, seed: u64) {
     // Outputs skewed too, pre-filled with garbage the kernel must overwrite.
     let mut outp = vec![0xeeu8; len + skew + 3];
     let mut outq = vec![0x11u8; len + skew + 3];
-    k.gen_pq(
-        &refs,
-        &mut outp[skew..skew + len],
-        &mut outq[skew..skew + len],
-    )
-    .unwrap();
-    assert_eq!(
-        &outp[skew..skew + len],
-        &ep[..],
-        "{} gen_pq P n={blocks} len={len} skew={skew}",
-        k.name
-    );
-    assert_eq!(
-        &outq[skew..skew + len],
-        &eq[..],
-        "{} gen_pq Q n={blocks} len={len} skew={skew}",
-        k.name
-    );
-    assert!(
-        outp[skew + len..].iter().all(|&b| b == 0xee),
-        "{} wrote past P",
-        k.name
-    );
-    assert!(
-        outq[skew + len..].iter().all(|&b| b == 0x11),
-        "{} wrote past Q",
-        k.name
-    );
+    k.gen_pq(&refs, &mut outp[skew..skew + len], &mut outq[skew..skew + len]).unwrap();
+    assert_eq!(&outp[skew..skew + len], &ep[..], "{} gen_pq P n={blocks} len={len} skew={skew}", k.name);
+    assert_eq!(&outq[skew..skew + len], &eq[..], "{} gen_pq Q n={blocks} len={len} skew={skew}", k.name);
+    assert!(outp[skew + len..].iter().all(|&b| b == 0xee), "{} wrote past P", k.name);
+    assert!(outq[skew + len..].iter().all(|&b| b == 0x11), "{} wrote past Q", k.name);
     if k.implements(Op::GenP) {
         let mut p = vec![0xeeu8; len + skew];
         k.gen_p(&refs, &mut p[skew..]).unwrap();
@@ -89,16 +63,8 @@ fn check_update(k: &Kernel, blocks: usize, first: usize, len: usize, seed: u64) 
     scalar::update_pq(first, &refs, &mut ep, &mut eq);
     let (mut gp, mut gq) = (p0, q0);
     k.update_pq(first, &refs, &mut gp, &mut gq).unwrap();
-    assert_eq!(
-        gp, ep,
-        "{} update_pq P first={first} n={blocks} len={len}",
-        k.name
-    );
-    assert_eq!(
-        gq, eq,
-        "{} update_pq Q first={first} n={blocks} len={len}",
-        k.name
-    );
+    assert_eq!(gp, ep, "{} update_pq P first={first} n={blocks} len={len}", k.name);
+    assert_eq!(gq, eq, "{} update_pq Q first={first} n={blocks} len={len}", k.name);
 }
 
 /// Loses `lost` from a random stripe, recovers with `k`, and demands the original back.
@@ -114,8 +80,7 @@ fn check_recovery(k: &Kernel, blocks: usize, len: usize, lost: &[Block], seed: u
         }
     }
     let mut refs: Vec<&mut [u8]> = s.data.iter_mut().map(|d| d.as_mut_slice()).collect();
-    k.recover_raid6(&mut refs, &mut s.p, &mut s.q, lost)
-        .unwrap();
+    k.recover_raid6(&mut refs, &mut s.p, &mut s.q, lost).unwrap();
     assert!(
         s.data == original.data && s.p == original.p && s.q == original.q,
         "{} failed to recover {lost:?} of n={blocks} len={len}",
@@ -140,10 +105,7 @@ fn all_losses(blocks: usize) -> Vec<Vec<Block>> {
 #[test]
 fn report_kernels() {
     let names: Vec<_> = kernels().iter().map(|k| k.name).collect();
-    println!(
-        "parity kernels supported and tested on this CPU: {}",
-        names.join(", ")
-    );
+    println!("parity kernels supported and tested on this CPU: {}", names.join(", "));
     for line in uraid_parity::selection().log_lines() {
         println!("{line}");
     }
@@ -152,18 +114,11 @@ fn report_kernels() {
 
 #[test]
 fn selection_only_picks_supported_kernels_that_match_reference() {
-    for (op, len) in Op::ALL
-        .iter()
-        .flat_map(|op| [(*op, 1000usize), (*op, 70_000)])
-    {
+    for (op, len) in Op::ALL.iter().flat_map(|op| [(*op, 1000usize), (*op, 70_000)]) {
         let stripe = Stripe::random(5, len, 3);
         let k = uraid_parity::selection().kernel_for(op, len);
         assert!(k.is_supported() && k.implements(op));
-        assert!(
-            uraid_parity::testdata::kernel_matches_reference(k, op, &stripe),
-            "{} {op:?}",
-            k.name
-        );
+        assert!(uraid_parity::testdata::kernel_matches_reference(k, op, &stripe), "{} {op:?}", k.name);
     }
 }
 
@@ -185,11 +140,7 @@ fn two_data_recovery_matches_brute_force_reference() {
         let mut by_reference = original.clone();
         by_reference.data[x].fill(0);
         by_reference.data[y].fill(0);
-        let mut refs: Vec<&mut [u8]> = by_reference
-            .data
-            .iter_mut()
-            .map(|d| d.as_mut_slice())
-            .collect();
+        let mut refs: Vec<&mut [u8]> = by_reference.data.iter_mut().map(|d| d.as_mut_slice()).collect();
         scalar::recover_two_data(&mut refs, x, y, &original.p, &original.q);
         assert_eq!(by_reference.data, original.data);
     }
@@ -199,20 +150,8 @@ fn two_data_recovery_matches_brute_force_reference() {
 fn largest_stripes_work() {
     for k in kernels() {
         check_gen(k, uraid_parity::MAX_DATA_BLOCKS, 192, 0, 5);
-        check_recovery(
-            k,
-            uraid_parity::MAX_DATA_BLOCKS,
-            128,
-            &[Block::Data(0), Block::Data(252)],
-            6,
-        );
-        check_recovery(
-            k,
-            uraid_parity::MAX_DATA_BLOCKS,
-            128,
-            &[Block::Data(200), Block::Q],
-            7,
-        );
+        check_recovery(k, uraid_parity::MAX_DATA_BLOCKS, 128, &[Block::Data(0), Block::Data(252)], 6);
+        check_recovery(k, uraid_parity::MAX_DATA_BLOCKS, 128, &[Block::Data(200), Block::Q], 7);
         check_update(k, 3, uraid_parity::MAX_DATA_BLOCKS - 3, 256, 8);
     }
 }
@@ -241,27 +180,17 @@ fn verify_names_every_single_corrupted_block_at_every_position() {
                 }
                 let refs: Vec<&[u8]> = s.data.iter().map(|d| d.as_slice()).collect();
                 let v = uraid_parity::verify_pq(&refs, &s.p, &s.q).unwrap();
-                assert_eq!(
-                    v,
-                    Verdict::Wrong(target),
-                    "corrupt {target:?} at {pos} by {flip:#x}"
-                );
+                assert_eq!(v, Verdict::Wrong(target), "corrupt {target:?} at {pos} by {flip:#x}");
             }
         }
     }
     let refs: Vec<&[u8]> = base.data.iter().map(|d| d.as_slice()).collect();
-    assert_eq!(
-        uraid_parity::verify_pq(&refs, &base.p, &base.q).unwrap(),
-        Verdict::Consistent
-    );
+    assert_eq!(uraid_parity::verify_pq(&refs, &base.p, &base.q).unwrap(), Verdict::Consistent);
     let mut two = base.clone();
     two.data[1][10] ^= 1;
     two.data[6][99] ^= 1;
     let refs: Vec<&[u8]> = two.data.iter().map(|d| d.as_slice()).collect();
-    assert_eq!(
-        uraid_parity::verify_pq(&refs, &two.p, &two.q).unwrap(),
-        Verdict::MoreThanOne
-    );
+    assert_eq!(uraid_parity::verify_pq(&refs, &two.p, &two.q).unwrap(), Verdict::MoreThanOne);
     assert!(uraid_parity::verify_p(&refs, &two.p).is_ok_and(|ok| !ok));
 }
 
@@ -271,37 +200,17 @@ fn bad_shapes_are_errors_not_panics() {
     let a = vec![0u8; 64];
     let b = vec![0u8; 32];
     let (mut p, mut q) = (vec![0u8; 64], vec![0u8; 64]);
-    assert_eq!(
-        uraid_parity::gen_pq(&[], &mut p, &mut q),
-        Err(ParityError::NoData)
-    );
-    assert_eq!(
-        uraid_parity::gen_pq(&[&a, &b], &mut p, &mut q),
-        Err(ParityError::LengthMismatch {
-            expected: 64,
-            found: 32
-        })
-    );
+    assert_eq!(uraid_parity::gen_pq(&[], &mut p, &mut q), Err(ParityError::NoData));
+    assert_eq!(uraid_parity::gen_pq(&[&a, &b], &mut p, &mut q), Err(ParityError::LengthMismatch { expected: 64, found: 32 }));
     let many: Vec<&[u8]> = (0..254).map(|_| a.as_slice()).collect();
-    assert!(matches!(
-        uraid_parity::gen_pq(&many, &mut p, &mut q),
-        Err(ParityError::TooManyBlocks { .. })
-    ));
+    assert!(matches!(uraid_parity::gen_pq(&many, &mut p, &mut q), Err(ParityError::TooManyBlocks { .. })));
     let mut d = vec![vec![0u8; 64]; 3];
     let mut refs: Vec<&mut [u8]> = d.iter_mut().map(|x| x.as_mut_slice()).collect();
     assert!(matches!(
-        uraid_parity::recover_raid6(
-            &mut refs,
-            &mut p,
-            &mut q,
-            &[Block::Data(0), Block::Data(1), Block::P]
-        ),
+        uraid_parity::recover_raid6(&mut refs, &mut p, &mut q, &[Block::Data(0), Block::Data(1), Block::P]),
         Err(ParityError::Unrecoverable(_))
     ));
-    assert!(matches!(
-        uraid_parity::recover_raid6(&mut refs, &mut p, &mut q, &[Block::Data(3)]),
-        Err(ParityError::IndexOutOfRange { .. })
-    ));
+    assert!(matches!(uraid_parity::recover_raid6(&mut refs, &mut p, &mut q, &[Block::Data(3)]), Err(ParityError::IndexOutOfRange { .. })));
 }
 
 proptest! {
@@ -357,11 +266,7 @@ fn aligned_large_blocks_match_reference() {
         for k in kernels() {
             let (mut p, mut q) = (AlignedBuf::zeroed(len, 64), AlignedBuf::zeroed(len, 64));
             k.gen_pq(&refs, &mut p, &mut q).unwrap();
-            assert!(
-                p[..] == ep[..] && q[..] == eq[..],
-                "{} aligned gen_pq len={len}",
-                k.name
-            );
+            assert!(p[..] == ep[..] && q[..] == eq[..], "{} aligned gen_pq len={len}", k.name);
             let mut p = AlignedBuf::zeroed(len, 64);
             k.gen_p(&refs, &mut p).unwrap();
             assert!(p[..] == ep[..], "{} aligned gen_p len={len}", k.name);

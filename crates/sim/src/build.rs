@@ -40,8 +40,7 @@ impl Spec {
 /// Creates the array; returns members then spares, labelled d0, d1, ...
 pub fn create(spec: &Spec) -> Result<Vec<Arc<SimDisk>>, String> {
     let n = spec.disks + spec.spares;
-    let disks: Vec<Arc<SimDisk>> =
-        (0..n).map(|i| Arc::new(SimDisk::new(format!("d{i}"), spec.member_bytes, 1000 + i as u64))).collect();
+    let disks: Vec<Arc<SimDisk>> = (0..n).map(|i| Arc::new(SimDisk::new(format!("d{i}"), spec.member_bytes, 1000 + i as u64))).collect();
     let new = |i: usize| NewDevice { size_bytes: spec.member_bytes, device_uuid: [i as u8 + 1; 16] };
     let mut req = CreateRequest::new(
         spec.level,

@@ -249,7 +249,13 @@ pub fn run_seed(seed: u64, limits: &Limits, verbose: bool) -> Result<Outcome, Fa
     for d in &sim.disks {
         trace.push(format!("disk {}: {:?}", d.label(), d.counters()));
     }
-    Err(Failure { seed, flags: limits.cli_flags.clone(), config: sim.cfg.to_string(), message: format!("op #{}: {message}", sim.op_index), trace })
+    Err(Failure {
+        seed,
+        flags: limits.cli_flags.clone(),
+        config: sim.cfg.to_string(),
+        message: format!("op #{}: {message}", sim.op_index),
+        trace,
+    })
 }
 
 type Check = Result<(), String>;
@@ -378,7 +384,8 @@ impl Sim {
 
     fn try_assemble(&self, given: &[usize], force: bool) -> Result<(Array, AssemblyReport), EngineError> {
         let devices: Vec<Arc<dyn Member>> = given.iter().map(|&i| self.disks[i].clone() as Arc<dyn Member>).collect();
-        let mut opts = ArrayOptions { writable: true, stripe_cache_pages: self.cfg.stripe_cache_pages, recovery_lanes: 1, ..Default::default() };
+        let mut opts =
+            ArrayOptions { writable: true, stripe_cache_pages: self.cfg.stripe_cache_pages, recovery_lanes: 1, ..Default::default() };
         opts.assemble.force = force;
         // A member may be dead and left out: start degraded as `mdadm --run` would.
         opts.assemble.run = true;
@@ -470,7 +477,10 @@ impl Sim {
 
     fn check_not_failed(&self) -> Check {
         if let Some(why) = self.arr().failure() {
-            return Err(format!("array declared failed ({why}) although losses stayed within tolerance (missing roles {:?})", self.arr().missing_roles()));
+            return Err(format!(
+                "array declared failed ({why}) although losses stayed within tolerance (missing roles {:?})",
+                self.arr().missing_roles()
+            ));
         }
         Ok(())
     }
@@ -581,7 +591,11 @@ impl Sim {
                 let span = self.arr().sync_sectors().max(1);
                 let count = self.rng.range(1, 16).min(span);
                 let first = self.data_offset_sectors[i] + self.rng.below(span - count + 1);
-                self.log(format!("fault: {} (role {role}) latent read errors at sectors {first}..{}", self.disks[i].label(), first + count));
+                self.log(format!(
+                    "fault: {} (role {role}) latent read errors at sectors {first}..{}",
+                    self.disks[i].label(),
+                    first + count
+                ));
                 self.disks[i].add_bad_sectors(first, count);
             }
         }
@@ -799,9 +813,7 @@ impl Sim {
         let redundancy_left = match old.level() {
             uraid_core::geometry::Level::Raid4 | uraid_core::geometry::Level::Raid5 => missing_now == 0,
             uraid_core::geometry::Level::Raid6 => missing_now <= 1,
-            uraid_core::geometry::Level::Raid1 | uraid_core::geometry::Level::Raid10 => {
-                old.geometry().raid_disks() - missing_now >= 2
-            }
+            uraid_core::geometry::Level::Raid1 | uraid_core::geometry::Level::Raid10 => old.geometry().raid_disks() - missing_now >= 2,
             _ => false,
         };
         let pending_sectors: Vec<u64> = self.model.pending_sectors().collect();
@@ -914,9 +926,8 @@ impl Sim {
         if !self.cfg.is_parity() || !dirty {
             return false;
         }
-        let missing: Vec<usize> = (0..self.cfg.disks)
-            .filter(|&r| !given.iter().any(|&i| states[i] == Some(DeviceState::InSync(r))))
-            .collect();
+        let missing: Vec<usize> =
+            (0..self.cfg.disks).filter(|&r| !given.iter().any(|&i| states[i] == Some(DeviceState::InSync(r)))).collect();
         match self.cfg.level {
             Level::Raid4 => !(missing.is_empty() || missing == [self.cfg.disks - 1]),
             _ => !missing.is_empty(),
@@ -927,7 +938,14 @@ impl Sim {
         states
             .iter()
             .enumerate()
-            .map(|(i, s)| format!("{}={}{}", self.disks[i].label(), s.map_or("-".into(), |s| format!("{s:?}")), if self.disks[i].is_dead() { "(dead)" } else { "" }))
+            .map(|(i, s)| {
+                format!(
+                    "{}={}{}",
+                    self.disks[i].label(),
+                    s.map_or("-".into(), |s| format!("{s:?}")),
+                    if self.disks[i].is_dead() { "(dead)" } else { "" }
+                )
+            })
             .collect()
     }
 

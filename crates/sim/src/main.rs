@@ -72,7 +72,10 @@ fn main() -> ExitCode {
     if let Some(seed) = args.seed {
         return match run_seed(seed, &limits, args.verbose) {
             Ok(o) => {
-                println!("seed {seed} passed: {} ({} ops, {} crashes, {} refusals, {} faults, {} rebuilds, {} checks)", o.config, o.ops, o.crashes, o.refusals, o.faults, o.rebuilds, o.checks);
+                println!(
+                    "seed {seed} passed: {} ({} ops, {} crashes, {} refusals, {} faults, {} rebuilds, {} checks)",
+                    o.config, o.ops, o.crashes, o.refusals, o.faults, o.rebuilds, o.checks
+                );
                 ExitCode::SUCCESS
             }
             Err(f) => {

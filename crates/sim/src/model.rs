@@ -67,8 +67,7 @@ impl Model {
     /// May sector `s` hold `got` after a crash? Its flushed value, or any value written to
     /// it since.
     pub fn allowed_after_crash(&self, s: u64, got: &[u8]) -> bool {
-        got == Model::sector(&self.durable, s)
-            || self.pending.get(&s).is_some_and(|vals| vals.iter().any(|v| &**v == got))
+        got == Model::sector(&self.durable, s) || self.pending.get(&s).is_some_and(|vals| vals.iter().any(|v| &**v == got))
     }
 
     pub fn pending_count(&self, s: u64) -> usize {

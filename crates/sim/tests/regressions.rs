@@ -35,10 +35,7 @@ fn member_failed_before_a_crash_is_not_taken_back() {
 
     let (a, _) = assemble(&disks, false).unwrap();
     let d1 = a.devices().into_iter().find(|d| d.label == "d1").map(|d| d.state);
-    assert!(
-        !matches!(d1, Some(DeviceState::InSync(_))),
-        "d1 was failed before the crash but was assembled as {d1:?}; its data is stale"
-    );
+    assert!(!matches!(d1, Some(DeviceState::InSync(_))), "d1 was failed before the crash but was assembled as {d1:?}; its data is stale");
     let mut b = vec![0u8; 4096];
     a.read(0, &mut b).unwrap();
     assert_eq!(b, pattern(2, 4096));
@@ -92,8 +89,8 @@ fn member_failing_mid_resync_leaves_no_stripe_unsynced() {
     assert_eq!(a.pending_job(), Some(JobKind::Resync));
     a.resync_step(a.sync_sectors() / 4).unwrap();
     a.fail_role(0).unwrap(); // a member fails during the resync
-    // The job driver finishes the step it is in (in the simulator the failure happened
-    // inside a step; here the rest of the pass runs as that step would have).
+                             // The job driver finishes the step it is in (in the simulator the failure happened
+                             // inside a step; here the rest of the pass runs as that step would have).
     let _ = a.resync_step(u64::MAX);
     let spare = Arc::new(SimDisk::new("spare", spec.member_bytes, 9));
     a.add_device(spare, [0xEE; 16]).unwrap();

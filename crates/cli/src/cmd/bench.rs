@@ -327,7 +327,12 @@ fn run_suite(a: SuiteArgs, workloads: &[uraid_bench::suite::Workload]) -> Result
     // Choose parity kernels now, so the start-up measurement is not timed as array I/O.
     let kernels = parity_kernels();
     if !quiet {
-        eprintln!("uraid bench: {} in {} ({})", workloads.iter().map(|w| w.name()).collect::<Vec<_>>().join(","), tmp.path().display(), backing.fs_type);
+        eprintln!(
+            "uraid bench: {} in {} ({})",
+            workloads.iter().map(|w| w.name()).collect::<Vec<_>>().join(","),
+            tmp.path().display(),
+            backing.fs_type
+        );
     }
     let res = suite::run(&cfg, &mut |line| {
         if !quiet {
@@ -497,9 +502,7 @@ fn run_parity(a: ParityArgs) -> Result<ExitCode> {
     } else {
         a.ops
             .iter()
-            .map(|name| {
-                Op::ALL.iter().copied().find(|o| o.name() == name).ok_or_else(|| anyhow::anyhow!("unknown op {name}"))
-            })
+            .map(|name| Op::ALL.iter().copied().find(|o| o.name() == name).ok_or_else(|| anyhow::anyhow!("unknown op {name}")))
             .collect::<Result<_>>()?
     };
     let cfg = ParityBenchConfig {

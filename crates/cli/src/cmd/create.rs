@@ -116,11 +116,7 @@ pub fn run(a: CreateArgs) -> Result<ExitCode> {
     }
     let metadata = parse_metadata(&a.metadata)?;
     let layout = a.layout.as_deref().map(|l| parse_layout(level, l)).transpose()?;
-    let chunk_bytes = a
-        .chunk
-        .as_deref()
-        .map(|c| parse_size(c).and_then(|b| u32::try_from(b).context("chunk too large")))
-        .transpose()?;
+    let chunk_bytes = a.chunk.as_deref().map(|c| parse_size(c).and_then(|b| u32::try_from(b).context("chunk too large"))).transpose()?;
     let bitmap = match a.bitmap.as_str() {
         "none" => None,
         "internal" => Some(BitmapRequest::default()),
@@ -164,7 +160,13 @@ pub fn run(a: CreateArgs) -> Result<ExitCode> {
         let new = |m: &Arc<dyn Member>| NewDevice { size_bytes: m.size_bytes(), device_uuid: random_uuid() };
         let (active, spares) = members.split_at(a.raid_devices);
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-        let mut req = CreateRequest::new(level, a.name.clone(), active.iter().map(|m| m.as_ref().map(new)).collect(), random_uuid(), MdTime::from_parts(now, 0));
+        let mut req = CreateRequest::new(
+            level,
+            a.name.clone(),
+            active.iter().map(|m| m.as_ref().map(new)).collect(),
+            random_uuid(),
+            MdTime::from_parts(now, 0),
+        );
         req.spares = spares.iter().flatten().map(new).collect();
         if spares.iter().any(|s| s.is_none()) {
             bail!("a spare cannot be `missing`");

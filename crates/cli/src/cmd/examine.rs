@@ -6,9 +6,7 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use uraid_core::geometry::{Algorithm, Level};
-use uraid_core::metadata::{
-    superblock_locations, DeviceRole, MetadataError, MetadataVersion, Superblock, Superblock090, Superblock1,
-};
+use uraid_core::metadata::{superblock_locations, DeviceRole, MetadataError, MetadataVersion, Superblock, Superblock090, Superblock1};
 use uraid_engine::{FileMember, Member};
 
 #[derive(Args)]
@@ -145,11 +143,8 @@ fn fill_v1(e: &mut Examined, sb: &Superblock1, dev_size: u64) {
     e.state = Some(if sb.resync_offset_sectors == u64::MAX { "clean" } else { "active" }.into());
     e.bitmap_offset_sectors = sb.bitmap_offset_sectors().map(i64::from);
     if sb.bblog_size_sectors > 0 {
-        e.bad_block_log = Some(format!(
-            "{} entries available at offset {} sectors",
-            sb.bblog_size_sectors as u64 * 512 / 8,
-            sb.bblog_offset_sectors
-        ));
+        e.bad_block_log =
+            Some(format!("{} entries available at offset {} sectors", sb.bblog_size_sectors as u64 * 512 / 8, sb.bblog_offset_sectors));
     }
     let _ = dev_size;
     // Array state as mdadm prints it: one letter per role, A = active, . = missing.
@@ -303,10 +298,7 @@ fn print_text(e: &Examined) {
     row("Internal Bitmap", e.bitmap_offset_sectors.map(|s| format!("{s} sectors from superblock")));
     row("Update Time", e.update_time.map(|t| t.to_string()));
     row("Bad Block Log", e.bad_block_log.clone());
-    row(
-        "Checksum",
-        e.checksum.as_ref().map(|c| format!("{c} - {}", if e.checksum_correct == Some(true) { "correct" } else { "WRONG" })),
-    );
+    row("Checksum", e.checksum.as_ref().map(|c| format!("{c} - {}", if e.checksum_correct == Some(true) { "correct" } else { "WRONG" })));
     row("Events", e.events.map(|v| v.to_string()));
     row("Layout", e.layout.clone().filter(|l| !l.is_empty() && l != "-"));
     row("Chunk Size", e.chunk_size_kib.map(|k| format!("{k}K")));

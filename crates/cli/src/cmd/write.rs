@@ -32,7 +32,8 @@ pub struct WriteArgs {
 
 pub fn run(a: WriteArgs) -> Result<ExitCode> {
     let members = open_members(&a.devices, true, a.io.mode())?;
-    let opts = ArrayOptions { assemble: AssembleOptions { array_uuid: None, force: a.force, run: a.run }, writable: true, ..Default::default() };
+    let opts =
+        ArrayOptions { assemble: AssembleOptions { array_uuid: None, force: a.force, run: a.run }, writable: true, ..Default::default() };
     let (array, report) = Array::assemble(members, &opts)?;
     for w in &report.warnings {
         eprintln!("uraid: warning: {w}");

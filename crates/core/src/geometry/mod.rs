@@ -188,37 +188,17 @@ pub enum GeometryError {
     #[error("md level {0} is not supported")]
     UnsupportedLevel(i32),
     #[error("{level} layout {layout:#x} is not supported: {reason}")]
-    UnsupportedLayout {
-        level: Level,
-        layout: u32,
-        reason: &'static str,
-    },
+    UnsupportedLayout { level: Level, layout: u32, reason: &'static str },
     #[error("{level} chunk of {chunk_sectors} sectors is not valid: {reason}")]
-    BadChunk {
-        level: Level,
-        chunk_sectors: u32,
-        reason: &'static str,
-    },
+    BadChunk { level: Level, chunk_sectors: u32, reason: &'static str },
     #[error("{level} needs at least {minimum} raid disks, got {raid_disks}")]
-    TooFewDisks {
-        level: Level,
-        raid_disks: usize,
-        minimum: usize,
-    },
+    TooFewDisks { level: Level, raid_disks: usize, minimum: usize },
     #[error("{level} supports at most {maximum} raid disks, got {raid_disks}")]
-    TooManyDisks {
-        level: Level,
-        raid_disks: usize,
-        maximum: usize,
-    },
+    TooManyDisks { level: Level, raid_disks: usize, maximum: usize },
     #[error("{raid_disks} raid disks but {sizes} member sizes given")]
     MemberCountMismatch { raid_disks: usize, sizes: usize },
     #[error("raid10 with {near} near and {far} far copies needs 2..={raid_disks} copies")]
-    Raid10Copies {
-        near: u32,
-        far: u32,
-        raid_disks: usize,
-    },
+    Raid10Copies { near: u32, far: u32, raid_disks: usize },
     #[error("array size overflows 64-bit sectors")]
     SizeOverflow,
     #[error("array sector {sector} is beyond the array end ({array_sectors} sectors)")]
@@ -246,32 +226,17 @@ impl Geometry {
     /// Builds the geometry md would use for `spec`, refusing what md refuses.
     pub fn new(spec: &ArraySpec) -> Result<Geometry, GeometryError> {
         if spec.member_sectors.len() != spec.raid_disks {
-            return Err(GeometryError::MemberCountMismatch {
-                raid_disks: spec.raid_disks,
-                sizes: spec.member_sectors.len(),
-            });
+            return Err(GeometryError::MemberCountMismatch { raid_disks: spec.raid_disks, sizes: spec.member_sectors.len() });
         }
         match spec.level {
-            Level::Linear => {
-                LinearGeometry::new(spec.chunk_sectors, &spec.member_sectors).map(Geometry::Linear)
-            }
-            Level::Raid0 => {
-                Raid0Geometry::new(spec.layout, spec.chunk_sectors, &spec.member_sectors)
-                    .map(Geometry::Raid0)
-            }
+            Level::Linear => LinearGeometry::new(spec.chunk_sectors, &spec.member_sectors).map(Geometry::Linear),
+            Level::Raid0 => Raid0Geometry::new(spec.layout, spec.chunk_sectors, &spec.member_sectors).map(Geometry::Raid0),
             Level::Raid1 => {
                 if spec.raid_disks == 0 {
-                    return Err(GeometryError::TooFewDisks {
-                        level: Level::Raid1,
-                        raid_disks: 0,
-                        minimum: 1,
-                    });
+                    return Err(GeometryError::TooFewDisks { level: Level::Raid1, raid_disks: 0, minimum: 1 });
                 }
                 let array_sectors = common_member_sectors(&spec.member_sectors);
-                Ok(Geometry::Raid1 {
-                    raid_disks: spec.raid_disks,
-                    array_sectors,
-                })
+                Ok(Geometry::Raid1 { raid_disks: spec.raid_disks, array_sectors })
             }
             Level::Raid4 | Level::Raid5 | Level::Raid6 => ParityGeometry::new(
                 spec.level,
@@ -281,13 +246,10 @@ impl Geometry {
                 common_member_sectors(&spec.member_sectors),
             )
             .map(Geometry::Parity),
-            Level::Raid10 => Raid10Geometry::new(
-                spec.layout,
-                spec.chunk_sectors,
-                spec.raid_disks,
-                common_member_sectors(&spec.member_sectors),
-            )
-            .map(Geometry::Raid10),
+            Level::Raid10 => {
+                Raid10Geometry::new(spec.layout, spec.chunk_sectors, spec.raid_disks, common_member_sectors(&spec.member_sectors))
+                    .map(Geometry::Raid10)
+            }
         }
     }
 
@@ -338,10 +300,7 @@ impl Geometry {
     pub fn locate(&self, array_sector: u64) -> Result<Piece, GeometryError> {
         let array_sectors = self.array_sectors();
         if array_sector >= array_sectors {
-            return Err(GeometryError::SectorOutOfRange {
-                sector: array_sector,
-                array_sectors,
-            });
+            return Err(GeometryError::SectorOutOfRange { sector: array_sector, array_sectors });
         }
         let (placement, sectors) = match self {
             Geometry::Linear(g) => {
@@ -353,12 +312,7 @@ impl Geometry {
                 (Placement::Single(at), run)
             }
             Geometry::Raid1 { raid_disks, .. } => {
-                let copies = (0..*raid_disks)
-                    .map(|role| MemberSector {
-                        role,
-                        sector: array_sector,
-                    })
-                    .collect();
+                let copies = (0..*raid_disks).map(|role| MemberSector { role, sector: array_sector }).collect();
                 (Placement::Mirrored(copies), array_sectors - array_sector)
             }
             Geometry::Parity(g) => {
@@ -372,11 +326,7 @@ impl Geometry {
                 (Placement::Mirrored(copies), run)
             }
         };
-        Ok(Piece {
-            array_sector,
-            sectors: sectors.min(array_sectors - array_sector),
-            placement,
-        })
+        Ok(Piece { array_sector, sectors: sectors.min(array_sectors - array_sector), placement })
     }
 
     /// Cuts `sectors` array sectors starting at `array_sector` into pieces that each
@@ -386,10 +336,7 @@ impl Geometry {
         let end = array_sector
             .checked_add(sectors)
             .filter(|end| *end <= array_sectors)
-            .ok_or(GeometryError::SectorOutOfRange {
-                sector: array_sector.saturating_add(sectors),
-                array_sectors,
-            })?;
+            .ok_or(GeometryError::SectorOutOfRange { sector: array_sector.saturating_add(sectors), array_sectors })?;
         let mut pieces = Vec::new();
         let mut at = array_sector;
         while at < end {
@@ -411,9 +358,7 @@ impl Geometry {
         Ok(match self {
             Geometry::Linear(g) => g.unmap(role, member_sector),
             Geometry::Raid0(g) => g.unmap(role, member_sector),
-            Geometry::Raid1 { array_sectors, .. } => {
-                (member_sector < *array_sectors).then_some(member_sector)
-            }
+            Geometry::Raid1 { array_sectors, .. } => (member_sector < *array_sectors).then_some(member_sector),
             Geometry::Parity(g) => g.unmap(role, member_sector),
             Geometry::Raid10(g) => g.unmap(role, member_sector),
         })

@@ -89,12 +89,7 @@ impl Algorithm {
 
     /// DDF layouts order Q's inputs by member index, not by walking from after Q.
     pub fn is_ddf(self) -> bool {
-        matches!(
-            self,
-            Algorithm::RotatingZeroRestart
-                | Algorithm::RotatingNRestart
-                | Algorithm::RotatingNContinue
-        )
+        matches!(self, Algorithm::RotatingZeroRestart | Algorithm::RotatingNRestart | Algorithm::RotatingNContinue)
     }
 
     /// mdadm's name for the layout.
@@ -169,10 +164,7 @@ impl StripeRoles {
         if Some(role) == self.q {
             return Some(RoleKind::Q);
         }
-        self.data
-            .iter()
-            .position(|&r| r == role)
-            .map(RoleKind::Data)
+        self.data.iter().position(|&r| r == role).map(RoleKind::Data)
     }
 
     /// raid6: md's syndrome source list. Entry `k` is the data index whose block is
@@ -206,33 +198,24 @@ const MAX_PARITY_DISKS: usize = 256;
 
 impl ParityGeometry {
     /// `member_sectors` is md's `dev_sectors`: the data size every member contributes.
-    pub fn new(
-        level: Level,
-        layout: u32,
-        chunk_sectors: u32,
-        raid_disks: usize,
-        member_sectors: u64,
-    ) -> Result<Self, GeometryError> {
+    pub fn new(level: Level, layout: u32, chunk_sectors: u32, raid_disks: usize, member_sectors: u64) -> Result<Self, GeometryError> {
         let (algorithm, parity_disks, minimum) = match level {
             // md's raid4 ignores the layout: parity is always on the last member.
             Level::Raid4 => (Algorithm::ParityLast, 1, 2),
             Level::Raid5 => {
-                let algorithm = Algorithm::from_md(layout)
-                    .filter(|a| a.valid_for_raid5())
-                    .ok_or(GeometryError::UnsupportedLayout {
-                        level,
-                        layout,
-                        reason: "raid5 layouts are 0..=5",
-                    })?;
+                let algorithm = Algorithm::from_md(layout).filter(|a| a.valid_for_raid5()).ok_or(GeometryError::UnsupportedLayout {
+                    level,
+                    layout,
+                    reason: "raid5 layouts are 0..=5",
+                })?;
                 (algorithm, 1, 2)
             }
             Level::Raid6 => {
-                let algorithm =
-                    Algorithm::from_md(layout).ok_or(GeometryError::UnsupportedLayout {
-                        level,
-                        layout,
-                        reason: "raid6 layouts are 0..=5, 8..=10 and 16..=20",
-                    })?;
+                let algorithm = Algorithm::from_md(layout).ok_or(GeometryError::UnsupportedLayout {
+                    level,
+                    layout,
+                    reason: "raid6 layouts are 0..=5, 8..=10 and 16..=20",
+                })?;
                 (algorithm, 2, 4)
             }
             _ => {
@@ -240,42 +223,20 @@ impl ParityGeometry {
             }
         };
         if raid_disks < minimum {
-            return Err(GeometryError::TooFewDisks {
-                level,
-                raid_disks,
-                minimum,
-            });
+            return Err(GeometryError::TooFewDisks { level, raid_disks, minimum });
         }
         if raid_disks > MAX_PARITY_DISKS {
-            return Err(GeometryError::TooManyDisks {
-                level,
-                raid_disks,
-                maximum: MAX_PARITY_DISKS,
-            });
+            return Err(GeometryError::TooManyDisks { level, raid_disks, maximum: MAX_PARITY_DISKS });
         }
         // raid5.c refuses chunks that are not a power of two or not whole 4 KiB pages.
         if chunk_sectors < 8 || !chunk_sectors.is_power_of_two() {
-            return Err(GeometryError::BadChunk {
-                level,
-                chunk_sectors,
-                reason: "must be a power of two of at least 4 KiB",
-            });
+            return Err(GeometryError::BadChunk { level, chunk_sectors, reason: "must be a power of two of at least 4 KiB" });
         }
         let chunk = u64::from(chunk_sectors);
         let data_disks = raid_disks - parity_disks;
         let stripes = member_sectors / chunk;
-        stripes
-            .checked_mul(chunk)
-            .and_then(|s| s.checked_mul(data_disks as u64))
-            .ok_or(GeometryError::SizeOverflow)?;
-        Ok(ParityGeometry {
-            level,
-            algorithm,
-            chunk_sectors: chunk,
-            raid_disks,
-            data_disks,
-            stripes,
-        })
+        stripes.checked_mul(chunk).and_then(|s| s.checked_mul(data_disks as u64)).ok_or(GeometryError::SizeOverflow)?;
+        Ok(ParityGeometry { level, algorithm, chunk_sectors: chunk, raid_disks, data_disks, stripes })
     }
 
     pub fn level(&self) -> Level {
@@ -429,22 +390,14 @@ impl ParityGeometry {
     pub fn map(&self, array_sector: u64) -> Result<Location, GeometryError> {
         let array_sectors = self.array_sectors();
         if array_sector >= array_sectors {
-            return Err(GeometryError::SectorOutOfRange {
-                sector: array_sector,
-                array_sectors,
-            });
+            return Err(GeometryError::SectorOutOfRange { sector: array_sector, array_sectors });
         }
         let chunk_number = array_sector / self.chunk_sectors;
         let offset = array_sector % self.chunk_sectors;
         let stripe = chunk_number / self.data_disks as u64;
         let data_index = (chunk_number % self.data_disks as u64) as usize;
         let (role, _, _) = self.compute(stripe, data_index);
-        Ok(Location {
-            stripe,
-            data_index,
-            role,
-            member_sector: stripe * self.chunk_sectors + offset,
-        })
+        Ok(Location { stripe, data_index, role, member_sector: stripe * self.chunk_sectors + offset })
     }
 
     /// The role holding data block `data_index` of `stripe`.
@@ -474,9 +427,7 @@ impl ParityGeometry {
                 (role + 2 * n - first) % n
             }
             Algorithm::RotatingNContinue => (role + n - (pd + 1)) % n,
-            Algorithm::LeftSymmetric6 | Algorithm::RightSymmetric6 => {
-                (role + (n - 1) - (pd + 1)) % (n - 1)
-            }
+            Algorithm::LeftSymmetric6 | Algorithm::RightSymmetric6 => (role + (n - 1) - (pd + 1)) % (n - 1),
             // Every other layout fills data members in role order around P and Q.
             _ => {
                 let below = usize::from(pd < role) + usize::from(qd.is_some_and(|q| q < role));
@@ -489,9 +440,7 @@ impl ParityGeometry {
     /// Which member holds which block of `stripe`, and md's Q coefficients.
     pub fn stripe_roles(&self, stripe: u64) -> StripeRoles {
         let n = self.raid_disks;
-        let data: Vec<usize> = (0..self.data_disks)
-            .map(|i| self.compute(stripe, i).0)
-            .collect();
+        let data: Vec<usize> = (0..self.data_disks).map(|i| self.compute(stripe, i).0).collect();
         let (p, q) = self.parity_roles(stripe);
         let (q_exponents, syndrome_slots) = match q {
             None => (Vec::new(), 0),
@@ -509,21 +458,14 @@ impl ParityGeometry {
                     .iter()
                     .map(|&role| {
                         let position = walk(role);
-                        let skipped =
-                            usize::from(walk(p) < position) + usize::from(walk(qd) < position);
+                        let skipped = usize::from(walk(p) < position) + usize::from(walk(qd) < position);
                         (position - skipped) as u8
                     })
                     .collect();
                 (exponents, self.data_disks)
             }
         };
-        StripeRoles {
-            data,
-            p,
-            q,
-            q_exponents,
-            syndrome_slots,
-        }
+        StripeRoles { data, p, q, q_exponents, syndrome_slots }
     }
 
     /// The array sector stored at `member_sector` of `role`; `None` for P/Q and for
@@ -535,9 +477,7 @@ impl ParityGeometry {
         }
         let offset = member_sector % self.chunk_sectors;
         match self.kind_of(stripe, role)? {
-            RoleKind::Data(index) => {
-                Some((stripe * self.data_disks as u64 + index as u64) * self.chunk_sectors + offset)
-            }
+            RoleKind::Data(index) => Some((stripe * self.data_disks as u64 + index as u64) * self.chunk_sectors + offset),
             RoleKind::P | RoleKind::Q => None,
         }
     }

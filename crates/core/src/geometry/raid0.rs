@@ -47,24 +47,12 @@ const RAID0_ORIG_LAYOUT: u32 = 1;
 const RAID0_ALT_MULTIZONE_LAYOUT: u32 = 2;
 
 impl Raid0Geometry {
-    pub fn new(
-        layout: u32,
-        chunk_sectors: u32,
-        member_sectors: &[u64],
-    ) -> Result<Self, GeometryError> {
+    pub fn new(layout: u32, chunk_sectors: u32, member_sectors: &[u64]) -> Result<Self, GeometryError> {
         if member_sectors.is_empty() {
-            return Err(GeometryError::TooFewDisks {
-                level: Level::Raid0,
-                raid_disks: 0,
-                minimum: 1,
-            });
+            return Err(GeometryError::TooFewDisks { level: Level::Raid0, raid_disks: 0, minimum: 1 });
         }
         if chunk_sectors == 0 {
-            return Err(GeometryError::BadChunk {
-                level: Level::Raid0,
-                chunk_sectors,
-                reason: "raid0 needs a chunk size",
-            });
+            return Err(GeometryError::BadChunk { level: Level::Raid0, chunk_sectors, reason: "raid0 needs a chunk size" });
         }
         let chunk = u64::from(chunk_sectors);
         // md rounds every member down to a whole number of chunks before building zones.
@@ -80,17 +68,9 @@ impl Raid0Geometry {
                 break;
             };
             let per_member = smallest - dev_start;
-            let zone_sectors = per_member
-                .checked_mul(roles.len() as u64)
-                .ok_or(GeometryError::SizeOverflow)?;
-            zone_end = zone_end
-                .checked_add(zone_sectors)
-                .ok_or(GeometryError::SizeOverflow)?;
-            zones.push(StripZone {
-                zone_end,
-                dev_start,
-                roles,
-            });
+            let zone_sectors = per_member.checked_mul(roles.len() as u64).ok_or(GeometryError::SizeOverflow)?;
+            zone_end = zone_end.checked_add(zone_sectors).ok_or(GeometryError::SizeOverflow)?;
+            zones.push(StripZone { zone_end, dev_start, roles });
             dev_start = smallest;
         }
 
@@ -115,17 +95,8 @@ impl Raid0Geometry {
         // of two. For other chunk sizes that exports less than the zones hold; md still
         // maps through the zones, so we keep both and cut the array where md does.
         let mask = !(chunk - 1);
-        let exported = sizes
-            .iter()
-            .try_fold(0u64, |sum, s| sum.checked_add(s & mask))
-            .ok_or(GeometryError::SizeOverflow)?;
-        Ok(Raid0Geometry {
-            layout,
-            chunk_sectors: chunk,
-            member_sectors: sizes,
-            zones,
-            array_sectors: exported.min(zone_end),
-        })
+        let exported = sizes.iter().try_fold(0u64, |sum, s| sum.checked_add(s & mask)).ok_or(GeometryError::SizeOverflow)?;
+        Ok(Raid0Geometry { layout, chunk_sectors: chunk, member_sectors: sizes, zones, array_sectors: exported.min(zone_end) })
     }
 
     pub fn raid_disks(&self) -> usize {
@@ -152,21 +123,14 @@ impl Raid0Geometry {
     /// there (to the end of its chunk).
     pub fn map(&self, array_sector: u64) -> Result<(MemberSector, u64), GeometryError> {
         let array_sectors = self.array_sectors();
-        let out_of_range = GeometryError::SectorOutOfRange {
-            sector: array_sector,
-            array_sectors,
-        };
+        let out_of_range = GeometryError::SectorOutOfRange { sector: array_sector, array_sectors };
         if array_sector >= array_sectors {
             return Err(out_of_range);
         }
         // find_zone: the first zone ending past the sector.
         let zone_index = self.zones.partition_point(|z| z.zone_end <= array_sector);
         let zone = self.zones.get(zone_index).ok_or(out_of_range)?;
-        let zone_start = if zone_index == 0 {
-            0
-        } else {
-            self.zones[zone_index - 1].zone_end
-        };
+        let zone_start = if zone_index == 0 { 0 } else { self.zones[zone_index - 1].zone_end };
         let in_zone = array_sector - zone_start;
         let chunk = self.chunk_sectors;
         let members = zone.roles.len() as u64;
@@ -179,13 +143,7 @@ impl Raid0Geometry {
             Raid0Layout::AltMultizone => in_zone / chunk,
         };
         let role = zone.roles[(chunk_number % members) as usize];
-        Ok((
-            MemberSector {
-                role,
-                sector: zone.dev_start + row * chunk + offset_in_chunk,
-            },
-            chunk - offset_in_chunk,
-        ))
+        Ok((MemberSector { role, sector: zone.dev_start + row * chunk + offset_in_chunk }, chunk - offset_in_chunk))
     }
 
     pub fn unmap(&self, role: usize, member_sector: u64) -> Option<u64> {
@@ -199,11 +157,7 @@ impl Raid0Geometry {
         let zone_index = zone_index.checked_sub(1)?;
         let zone = &self.zones[zone_index];
         let position = zone.roles.iter().position(|&r| r == role)? as u64;
-        let zone_start = if zone_index == 0 {
-            0
-        } else {
-            self.zones[zone_index - 1].zone_end
-        };
+        let zone_start = if zone_index == 0 { 0 } else { self.zones[zone_index - 1].zone_end };
         let chunk = self.chunk_sectors;
         let members = zone.roles.len() as u64;
         let in_band = member_sector - zone.dev_start;

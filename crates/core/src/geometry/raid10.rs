@@ -43,42 +43,23 @@ pub struct Raid10Geometry {
 
 impl Raid10Geometry {
     /// `member_sectors` is md's `dev_sectors` (the superblock's common member size).
-    pub fn new(
-        layout: u32,
-        chunk_sectors: u32,
-        raid_disks: usize,
-        member_sectors: u64,
-    ) -> Result<Self, GeometryError> {
+    pub fn new(layout: u32, chunk_sectors: u32, raid_disks: usize, member_sectors: u64) -> Result<Self, GeometryError> {
         let level = Level::Raid10;
         let far_sets = match layout >> 17 {
             0 => FarSets::Whole,
             1 => FarSets::DisksOverFar,
             2 => FarSets::NearTimesFar,
-            _ => {
-                return Err(GeometryError::UnsupportedLayout {
-                    level,
-                    layout,
-                    reason: "unknown far-set scheme (layout bits 17..)",
-                })
-            }
+            _ => return Err(GeometryError::UnsupportedLayout { level, layout, reason: "unknown far-set scheme (layout bits 17..)" }),
         };
         if chunk_sectors < 8 || !chunk_sectors.is_power_of_two() {
-            return Err(GeometryError::BadChunk {
-                level,
-                chunk_sectors,
-                reason: "must be a power of two of at least 4 KiB",
-            });
+            return Err(GeometryError::BadChunk { level, chunk_sectors, reason: "must be a power of two of at least 4 KiB" });
         }
         let near = layout & 0xff;
         let far = (layout >> 8) & 0xff;
         let far_offset = layout & (1 << 16) != 0;
         let copies = (near * far) as usize;
         if copies < 2 || copies > raid_disks {
-            return Err(GeometryError::Raid10Copies {
-                near,
-                far,
-                raid_disks,
-            });
+            return Err(GeometryError::Raid10Copies { near, far, raid_disks });
         }
         let (near_copies, far_copies) = (near as usize, far as usize);
         let far_set_size = match far_sets {
@@ -88,37 +69,19 @@ impl Raid10Geometry {
         };
         // far_copies <= copies <= raid_disks keeps this nonzero; md would divide by it.
         if far_set_size == 0 {
-            return Err(GeometryError::UnsupportedLayout {
-                level,
-                layout,
-                reason: "far sets would be empty",
-            });
+            return Err(GeometryError::UnsupportedLayout { level, layout, reason: "far sets would be empty" });
         }
         let chunk = u64::from(chunk_sectors);
         let overflow = GeometryError::SizeOverflow;
         let disks = raid_disks as u64;
         // calc_sectors: chunks the array holds, then chunks each member must hold for
         // them (rounded up), which also fixes the far-copy stride.
-        let array_chunks = (member_sectors / chunk / far_copies as u64)
-            .checked_mul(disks)
-            .ok_or(overflow.clone())?
-            / near_copies as u64;
-        let used_chunks = array_chunks
-            .checked_mul(copies as u64)
-            .ok_or(overflow.clone())?
-            .div_ceil(disks);
+        let array_chunks = (member_sectors / chunk / far_copies as u64).checked_mul(disks).ok_or(overflow.clone())? / near_copies as u64;
+        let used_chunks = array_chunks.checked_mul(copies as u64).ok_or(overflow.clone())?.div_ceil(disks);
         let used_member_sectors = used_chunks.checked_mul(chunk).ok_or(overflow.clone())?;
-        let stride = if far_offset {
-            chunk
-        } else {
-            used_chunks / far_copies as u64 * chunk
-        };
+        let stride = if far_offset { chunk } else { used_chunks / far_copies as u64 * chunk };
         // raid10_size, from the recomputed member size as md's run() does.
-        let array_sectors = (used_chunks / far_copies as u64)
-            .checked_mul(disks)
-            .ok_or(overflow.clone())?
-            / near_copies as u64
-            * chunk;
+        let array_sectors = (used_chunks / far_copies as u64).checked_mul(disks).ok_or(overflow.clone())? / near_copies as u64 * chunk;
         Ok(Raid10Geometry {
             layout,
             near_copies,
@@ -178,20 +141,14 @@ impl Raid10Geometry {
     /// `raid_disks` is not a multiple of the set size.
     fn last_far_set(&self) -> (usize, usize) {
         let start = (self.raid_disks / self.far_set_size).saturating_sub(1) * self.far_set_size;
-        (
-            start,
-            self.far_set_size + self.raid_disks % self.far_set_size,
-        )
+        (start, self.far_set_size + self.raid_disks % self.far_set_size)
     }
 
     /// Every copy of `array_sector`, in md's slot order (`__raid10_find_phys`): for each
     /// near copy, it and then its far copies.
     pub fn copies(&self, array_sector: u64) -> Result<Vec<MemberSector>, GeometryError> {
         if array_sector >= self.array_sectors {
-            return Err(GeometryError::SectorOutOfRange {
-                sector: array_sector,
-                array_sectors: self.array_sectors,
-            });
+            return Err(GeometryError::SectorOutOfRange { sector: array_sector, array_sectors: self.array_sectors });
         }
         let (last_set_start, last_set_size) = self.last_far_set();
         let chunk = self.chunk_sectors;
@@ -278,11 +235,6 @@ impl Raid10Geometry {
         let array_sector = vchunk * chunk + offset;
         // md trusts its caller; we check, since tails of members hold no copy.
         let copies = self.copies(array_sector).ok()?;
-        copies
-            .contains(&MemberSector {
-                role,
-                sector: member_sector,
-            })
-            .then_some(array_sector)
+        copies.contains(&MemberSector { role, sector: member_sector }).then_some(array_sector)
     }
 }

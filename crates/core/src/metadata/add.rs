@@ -10,7 +10,9 @@ const SECTOR_BYTES: u64 = 512;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AddError {
-    #[error("device of {size_bytes} bytes is too small: it can hold {usable_sectors} data sectors, the array needs {needed_sectors} per member")]
+    #[error(
+        "device of {size_bytes} bytes is too small: it can hold {usable_sectors} data sectors, the array needs {needed_sectors} per member"
+    )]
     TooSmall { size_bytes: u64, usable_sectors: u64, needed_sectors: u64 },
     #[error("metadata {0} has no room for device number {1}")]
     NoDeviceNumber(MetadataVersion, u32),
@@ -45,11 +47,8 @@ pub fn spare_superblock(
             let data_offset = if version == MetadataVersion::V1_0 { 0 } else { t.data_offset_sectors };
             // 1.0 keeps data below the superblock and the bitmap/bad-block space before it,
             // as the template reserved it.
-            let reserved_after = if version == MetadataVersion::V1_0 {
-                t.super_offset_sectors.saturating_sub(t.data_size_sectors)
-            } else {
-                0
-            };
+            let reserved_after =
+                if version == MetadataVersion::V1_0 { t.super_offset_sectors.saturating_sub(t.data_size_sectors) } else { 0 };
             let end = if version == MetadataVersion::V1_0 { super_offset.saturating_sub(reserved_after) } else { dev_sectors };
             let usable = end.saturating_sub(data_offset);
             let needed = t.size_sectors;
@@ -62,8 +61,7 @@ pub fn spare_superblock(
             sb.data_offset_sectors = data_offset;
             sb.data_size_sectors = usable;
             sb.recovery_offset_raw = 0;
-            sb.feature_map =
-                FeatureMap(sb.feature_map.0 & !(FeatureMap::RECOVERY_OFFSET | FeatureMap::REPLACEMENT));
+            sb.feature_map = FeatureMap(sb.feature_map.0 & !(FeatureMap::RECOVERY_OFFSET | FeatureMap::REPLACEMENT));
             sb.cnt_corrected_read = 0;
             let mut full = Superblock::V1(sb);
             full.set_device_role(dev_number, DeviceRole::Spare);
@@ -76,7 +74,11 @@ pub fn spare_superblock(
         Superblock::V090(t) => {
             let mut sb = t.clone();
             let Some(sb_sector) = sb090_offset_sectors(dev_size_bytes) else {
-                return Err(AddError::TooSmall { size_bytes: dev_size_bytes, usable_sectors: 0, needed_sectors: u64::from(t.size_kib) * 2 });
+                return Err(AddError::TooSmall {
+                    size_bytes: dev_size_bytes,
+                    usable_sectors: 0,
+                    needed_sectors: u64::from(t.size_kib) * 2,
+                });
             };
             if sb_sector < u64::from(t.size_kib) * 2 {
                 return Err(AddError::TooSmall {
@@ -85,10 +87,7 @@ pub fn spare_superblock(
                     needed_sectors: u64::from(t.size_kib) * 2,
                 });
             }
-            let slot = sb
-                .disks
-                .get_mut(dev_number as usize)
-                .ok_or(AddError::NoDeviceNumber(MetadataVersion::V0_90, dev_number))?;
+            let slot = sb.disks.get_mut(dev_number as usize).ok_or(AddError::NoDeviceNumber(MetadataVersion::V0_90, dev_number))?;
             let disk = DiskDescriptor090 { number: dev_number, raid_disk: dev_number, state: 0, ..DiskDescriptor090::empty() };
             *slot = disk.clone();
             sb.this_disk = disk;

@@ -51,10 +51,7 @@ impl BitmapSuperblock {
     /// Decodes and checks magic, version (3..=5) and chunk size.
     pub fn decode(bytes: &[u8]) -> Result<Self, MetadataError> {
         if bytes.len() < BITMAP_SUPER_BYTES {
-            return Err(MetadataError::Truncated {
-                needed: BITMAP_SUPER_BYTES,
-                available: bytes.len(),
-            });
+            return Err(MetadataError::Truncated { needed: BITMAP_SUPER_BYTES, available: bytes.len() });
         }
         let magic = u32_at(bytes, 0);
         if magic != BITMAP_MAGIC {
@@ -141,11 +138,7 @@ impl WriteIntentBits {
         if bits.len() < needed {
             return Err(MetadataError::Truncated { needed, available: bits.len() });
         }
-        Ok(Self {
-            chunk_sectors: superblock.chunk_sectors(),
-            chunk_count: superblock.chunk_count(),
-            bytes: bits[..needed].to_vec(),
-        })
+        Ok(Self { chunk_sectors: superblock.chunk_sectors(), chunk_count: superblock.chunk_count(), bytes: bits[..needed].to_vec() })
     }
 
     /// A bitmap with every chunk marked dirty, as `mdadm --create` writes it.
@@ -160,11 +153,7 @@ impl WriteIntentBits {
 
     fn filled(superblock: &BitmapSuperblock, byte: u8) -> Self {
         let len = usize::try_from(superblock.bits_len_bytes()).unwrap_or(usize::MAX);
-        Self {
-            chunk_sectors: superblock.chunk_sectors(),
-            chunk_count: superblock.chunk_count(),
-            bytes: vec![byte; len],
-        }
+        Self { chunk_sectors: superblock.chunk_sectors(), chunk_count: superblock.chunk_count(), bytes: vec![byte; len] }
     }
 
     pub fn encode(&self) -> &[u8] {

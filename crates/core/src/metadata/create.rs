@@ -41,10 +41,7 @@
 use super::bitmap::{BitmapSuperblock, WriteIntentBits, BITMAP_SUPER_BYTES};
 use super::sb090::{DiskDescriptor090, Superblock090, SB090_DISKS};
 use super::sb1::{FeatureMap, MdTime, Superblock1, SB1_FIXED_BYTES, SB1_MAX_DEV_LIMIT};
-use super::{
-    sb090_offset_sectors, sb10_offset_sectors, DeviceRole, MetadataVersion, Superblock,
-    MAX_SECTOR,
-};
+use super::{sb090_offset_sectors, sb10_offset_sectors, DeviceRole, MetadataVersion, Superblock, MAX_SECTOR};
 use crate::geometry::{ArraySpec, Geometry, GeometryError, Level};
 
 const SECTOR_BYTES: u64 = 512;
@@ -143,13 +140,7 @@ pub struct CreateRequest {
 impl CreateRequest {
     /// A request with mdadm's defaults: metadata 1.2, default layout and chunk, no bitmap,
     /// no homehost, no spares.
-    pub fn new(
-        level: Level,
-        name: impl Into<String>,
-        members: Vec<Option<NewDevice>>,
-        array_uuid: [u8; 16],
-        ctime: MdTime,
-    ) -> Self {
+    pub fn new(level: Level, name: impl Into<String>, members: Vec<Option<NewDevice>>, array_uuid: [u8; 16], ctime: MdTime) -> Self {
         Self {
             level,
             layout: None,
@@ -217,14 +208,7 @@ pub enum CreateError {
     #[error("name {name:?} contains a NUL byte")]
     NameHasNul { name: String },
     #[error("{device} has {size_bytes} bytes; {level} with {metadata} metadata needs at least {minimum_bytes} bytes ({reason})")]
-    DeviceTooSmall {
-        device: DeviceRef,
-        size_bytes: u64,
-        minimum_bytes: u64,
-        level: Level,
-        metadata: MetadataVersion,
-        reason: &'static str,
-    },
+    DeviceTooSmall { device: DeviceRef, size_bytes: u64, minimum_bytes: u64, level: Level, metadata: MetadataVersion, reason: &'static str },
     #[error("{level} uses every member whole; --size is not meaningful")]
     SizeNotAllowed { level: Level },
     #[error("size {size_bytes} bytes is not a whole number of KiB")]
@@ -356,10 +340,7 @@ pub fn plan_create(request: &CreateRequest) -> Result<CreatePlan, CreateError> {
         .iter()
         .enumerate()
         .map(|(index, new)| ListEntry { device: DeviceRef::Member(index), new: *new })
-        .chain(request.spares.iter().enumerate().map(|(index, new)| ListEntry {
-            device: DeviceRef::Spare(index),
-            new: Some(*new),
-        }))
+        .chain(request.spares.iter().enumerate().map(|(index, new)| ListEntry { device: DeviceRef::Spare(index), new: Some(*new) }))
         .collect();
     let Some(first_present) = list.iter().find_map(|entry| entry.new) else {
         return Err(CreateError::AllMissing);
@@ -375,10 +356,7 @@ pub fn plan_create(request: &CreateRequest) -> Result<CreatePlan, CreateError> {
 
     let size_kib = component_size_kib(request, &list, chunk_sectors, data_offset_sectors)?;
     let component_size_sectors = size_kib * 2;
-    if metadata == MetadataVersion::V0_90
-        && level.has_redundancy()
-        && component_size_sectors * SECTOR_BYTES >= SB090_MAX_COMPONENT_BYTES
-    {
+    if metadata == MetadataVersion::V0_90 && level.has_redundancy() && component_size_sectors * SECTOR_BYTES >= SB090_MAX_COMPONENT_BYTES {
         return Err(CreateError::Sb090ComponentTooLarge {
             size_bytes: component_size_sectors * SECTOR_BYTES,
             limit_bytes: SB090_MAX_COMPONENT_BYTES,
@@ -400,9 +378,7 @@ pub fn plan_create(request: &CreateRequest) -> Result<CreatePlan, CreateError> {
     // then needs the layout recorded (mdadm compares device bytes / chunk sectors).
     let sizes_differ = level == Level::Raid0 && {
         let first = first_present.size_bytes / u64::from(chunk_sectors.max(1));
-        list.iter()
-            .filter_map(|entry| entry.new)
-            .any(|new| new.size_bytes / u64::from(chunk_sectors.max(1)) != first)
+        list.iter().filter_map(|entry| entry.new).any(|new| new.size_bytes / u64::from(chunk_sectors.max(1)) != first)
     };
     if sizes_differ && metadata == MetadataVersion::V0_90 {
         return Err(CreateError::Sb090MultiZoneRaid0);
@@ -421,19 +397,15 @@ pub fn plan_create(request: &CreateRequest) -> Result<CreatePlan, CreateError> {
             .collect(),
         _ => vec![component_size_sectors; raid_devices],
     };
-    let geometry = Geometry::new(&ArraySpec {
-        level,
-        layout,
-        chunk_sectors,
-        raid_disks: raid_devices,
-        member_sectors: member_data_sectors,
-    })
-    .map_err(|source| match source {
-        GeometryError::UnsupportedLayout { .. } | GeometryError::Raid10Copies { .. } => {
-            CreateError::BadLayout { level, layout, source }
-        }
-        other => CreateError::Geometry(other),
-    })?;
+    let geometry =
+        Geometry::new(&ArraySpec { level, layout, chunk_sectors, raid_disks: raid_devices, member_sectors: member_data_sectors }).map_err(
+            |source| match source {
+                GeometryError::UnsupportedLayout { .. } | GeometryError::Raid10Copies { .. } => {
+                    CreateError::BadLayout { level, layout, source }
+                }
+                other => CreateError::Geometry(other),
+            },
+        )?;
     if level == Level::Raid10 {
         check_raid10_copies(&geometry, request)?;
     }
@@ -447,12 +419,7 @@ pub fn plan_create(request: &CreateRequest) -> Result<CreatePlan, CreateError> {
         component_size_sectors
     };
     let bitmap_layout = match request.bitmap {
-        Some(bitmap) => Some(plan_bitmap_layout(
-            metadata,
-            bitmap,
-            component_size_sectors,
-            bitmap_sync_sectors,
-        )?),
+        Some(bitmap) => Some(plan_bitmap_layout(metadata, bitmap, component_size_sectors, bitmap_sync_sectors)?),
         None => None,
     };
 
@@ -497,11 +464,7 @@ pub fn plan_create(request: &CreateRequest) -> Result<CreatePlan, CreateError> {
             .max_by_key(|(_, usable)| *usable)
         {
             if (usable_bytes - component_bytes.min(usable_bytes)) * 100 > usable_bytes {
-                warnings.push(CreateWarning::LargestMemberExceedsSize {
-                    device,
-                    usable_bytes,
-                    component_bytes,
-                });
+                warnings.push(CreateWarning::LargestMemberExceedsSize { device, usable_bytes, component_bytes });
             }
         }
         if request.bitmap.is_none() && component_bytes > MDADM_AUTO_BITMAP_COMPONENT_BYTES {
@@ -595,31 +558,19 @@ fn choose_layout(request: &CreateRequest) -> Result<u32, CreateError> {
         (Level::Raid10, None) => Ok(DEFAULT_RAID10_LAYOUT),
         (Level::Raid0, None) if request.metadata == MetadataVersion::V0_90 => Ok(0),
         (Level::Raid0, None) => Ok(DEFAULT_RAID0_LAYOUT),
-        (Level::Raid0, Some(layout)) if request.metadata == MetadataVersion::V0_90 => {
-            Err(CreateError::BadLayout {
-                level,
-                layout,
-                source: GeometryError::UnsupportedLayout {
-                    level,
-                    layout,
-                    reason: "0.90 metadata does not record a raid0 layout",
-                },
-            })
-        }
+        (Level::Raid0, Some(layout)) if request.metadata == MetadataVersion::V0_90 => Err(CreateError::BadLayout {
+            level,
+            layout,
+            source: GeometryError::UnsupportedLayout { level, layout, reason: "0.90 metadata does not record a raid0 layout" },
+        }),
         (Level::Raid0, Some(layout)) if layout > 2 => Err(CreateError::BadLayout {
             level,
             layout,
-            source: GeometryError::UnsupportedLayout {
-                level,
-                layout,
-                reason: "raid0 layouts are 1 (original) and 2 (alt-multizone)",
-            },
+            source: GeometryError::UnsupportedLayout { level, layout, reason: "raid0 layouts are 1 (original) and 2 (alt-multizone)" },
         }),
         (Level::Linear | Level::Raid1 | Level::Raid4, None) => Ok(0),
         (Level::Linear | Level::Raid1 | Level::Raid4, Some(0)) => Ok(0),
-        (Level::Linear | Level::Raid1 | Level::Raid4, Some(_)) => {
-            Err(CreateError::LayoutNotAllowed { level })
-        }
+        (Level::Linear | Level::Raid1 | Level::Raid4, Some(_)) => Err(CreateError::LayoutNotAllowed { level }),
         (_, Some(layout)) => Ok(layout),
     }
 }
@@ -676,9 +627,7 @@ fn usable_kib(metadata: MetadataVersion, size_bytes: u64, data_offset_sectors: u
             let overhead = 8 * 2 + 8 + choose_bm_space_sectors(sectors);
             (sectors & !7).saturating_sub(overhead)
         }
-        MetadataVersion::V1_1 | MetadataVersion::V1_2 => {
-            sectors.saturating_sub(data_offset_sectors)
-        }
+        MetadataVersion::V1_1 | MetadataVersion::V1_2 => sectors.saturating_sub(data_offset_sectors),
     };
     free_sectors / 2
 }
@@ -716,19 +665,12 @@ fn component_size_kib(
     };
     let requested_kib = match request.size_bytes {
         None | Some(0) => None,
-        Some(_) if !level.has_redundancy() => {
-            return Err(CreateError::SizeNotAllowed { level })
-        }
-        Some(size_bytes) if size_bytes % KIB != 0 => {
-            return Err(CreateError::SizeNotKib { size_bytes })
-        }
+        Some(_) if !level.has_redundancy() => return Err(CreateError::SizeNotAllowed { level }),
+        Some(size_bytes) if size_bytes % KIB != 0 => return Err(CreateError::SizeNotKib { size_bytes }),
         Some(size_bytes) => {
             let kib = round_kib(size_bytes / KIB);
             if kib == 0 {
-                return Err(CreateError::SizeBelowChunk {
-                    size_bytes,
-                    chunk_bytes: chunk_kib * KIB,
-                });
+                return Err(CreateError::SizeBelowChunk { size_bytes, chunk_bytes: chunk_kib * KIB });
             }
             Some(kib)
         }
@@ -804,8 +746,7 @@ struct AssignedDevice {
 fn assign_roles(request: &CreateRequest, list: &[ListEntry]) -> Result<Roles, CreateError> {
     let level = request.level;
     let raid_disks = request.members.len();
-    let missing: Vec<usize> =
-        request.members.iter().enumerate().filter(|(_, m)| m.is_none()).map(|(i, _)| i).collect();
+    let missing: Vec<usize> = request.members.iter().enumerate().filter(|(_, m)| m.is_none()).map(|(i, _)| i).collect();
     let present_members = raid_disks - missing.len();
     let mut spare_disks = request.spares.len();
     let mut active_disks = present_members;
@@ -850,11 +791,7 @@ fn assign_roles(request: &CreateRequest, list: &[ListEntry]) -> Result<Roles, Cr
         };
         let raid_disk = *raid_disk_num;
         *raid_disk_num += 1;
-        let role = if (raid_disk as usize) < raid_disks {
-            DeviceRole::Active(raid_disk)
-        } else {
-            DeviceRole::Spare
-        };
+        let role = if (raid_disk as usize) < raid_disks { DeviceRole::Active(raid_disk) } else { DeviceRole::Spare };
         assigned.push(AssignedDevice { entry, new, dev_number: dnum, raid_disk, role });
     };
     for entry in list {
@@ -888,9 +825,7 @@ fn assign_roles(request: &CreateRequest, list: &[ListEntry]) -> Result<Roles, Cr
     }
     let mut table = vec![DeviceRole::SPARE_RAW; max_dev];
     for device in &assigned {
-        if let (DeviceRole::Active(slot), Some(entry)) =
-            (device.role, table.get_mut(device.dev_number as usize))
-        {
+        if let (DeviceRole::Active(slot), Some(entry)) = (device.role, table.get_mut(device.dev_number as usize)) {
             *entry = slot as u16;
         }
     }
@@ -960,7 +895,11 @@ fn plan_bitmap_layout(
         MetadataVersion::V0_90 => SB090_BITMAP_AREA_BYTES / SECTOR_BYTES,
         _ => {
             let room = choose_bm_space_sectors(component_size_sectors);
-            if request.chunk_bytes.is_none() { room.min(128 * 2) } else { room }
+            if request.chunk_bytes.is_none() {
+                room.min(128 * 2)
+            } else {
+                room
+            }
         }
     };
     if room_sectors <= 1 {
@@ -1007,12 +946,7 @@ struct SharedFields<'a> {
 }
 
 /// 1.x `data_size` (sectors) for a device of `dev_sectors`.
-fn member_data_size_sectors(
-    metadata: MetadataVersion,
-    dev_sectors: u64,
-    data_offset_sectors: u64,
-    component_size_sectors: u64,
-) -> u64 {
+fn member_data_size_sectors(metadata: MetadataVersion, dev_sectors: u64, data_offset_sectors: u64, component_size_sectors: u64) -> u64 {
     match metadata {
         MetadataVersion::V0_90 => sb090_offset_sectors(dev_sectors * SECTOR_BYTES).unwrap_or(0),
         MetadataVersion::V1_0 => {
@@ -1020,9 +954,7 @@ fn member_data_size_sectors(
             let bm_space = choose_bm_space_sectors(component_size_sectors) + 8;
             super_offset - bm_space.min(super_offset.saturating_sub(component_size_sectors))
         }
-        MetadataVersion::V1_1 | MetadataVersion::V1_2 => {
-            dev_sectors.saturating_sub(data_offset_sectors)
-        }
+        MetadataVersion::V1_1 | MetadataVersion::V1_2 => dev_sectors.saturating_sub(data_offset_sectors),
     }
 }
 
@@ -1122,8 +1054,7 @@ fn plan_device_1x(shared: &SharedFields<'_>, device: &AssignedDevice) -> Planned
         let superblock = bitmap_superblock(&layout, request.array_uuid);
         let bits = WriteIntentBits::all_dirty(&superblock);
         PlannedBitmap {
-            offset_bytes: superblock_offset_bytes
-                .saturating_add_signed(layout.offset_sectors * SECTOR_BYTES as i64),
+            offset_bytes: superblock_offset_bytes.saturating_add_signed(layout.offset_sectors * SECTOR_BYTES as i64),
             superblock,
             bits,
             area_bytes: layout.space_sectors() * SECTOR_BYTES,
@@ -1158,10 +1089,7 @@ fn plan_device_090(shared: &SharedFields<'_>, device: &AssignedDevice, clean: bo
             };
         }
     }
-    let this_disk = disks
-        .get(device.dev_number as usize)
-        .cloned()
-        .unwrap_or_else(DiskDescriptor090::empty);
+    let this_disk = disks.get(device.dev_number as usize).cloned().unwrap_or_else(DiskDescriptor090::empty);
     // 0.90 stores the uuid as four host-endian words printed with %08x; keep the bytes
     // reading the same as the 1.x uuid (see Superblock090::array_uuid).
     let word = |i: usize| {
@@ -1215,12 +1143,7 @@ fn plan_device_090(shared: &SharedFields<'_>, device: &AssignedDevice, clean: bo
     let bitmap = shared.bitmap_layout.map(|layout| {
         let superblock = bitmap_superblock(&layout, request.array_uuid);
         let bits = WriteIntentBits::all_dirty(&superblock);
-        PlannedBitmap {
-            offset_bytes: superblock_offset_bytes + 4096,
-            superblock,
-            bits,
-            area_bytes: SB090_BITMAP_AREA_BYTES,
-        }
+        PlannedBitmap { offset_bytes: superblock_offset_bytes + 4096, superblock, bits, area_bytes: SB090_BITMAP_AREA_BYTES }
     });
     PlannedDevice {
         device: device.entry.device,

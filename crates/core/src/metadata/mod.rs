@@ -10,12 +10,12 @@
 
 mod codec;
 
+pub mod add;
 pub mod bitmap;
 pub mod create;
 pub mod sb090;
 pub mod sb1;
 mod update;
-pub mod add;
 
 use std::fmt;
 
@@ -239,11 +239,7 @@ pub fn superblock_locations(dev_size_bytes: u64) -> Vec<SuperblockLocation> {
             offset_bytes: 8 * SECTOR_BYTES,
             len_bytes: sb1::SB1_MAX_BYTES,
         });
-        locations.push(SuperblockLocation {
-            version: MetadataVersion::V1_1,
-            offset_bytes: 0,
-            len_bytes: sb1::SB1_MAX_BYTES,
-        });
+        locations.push(SuperblockLocation { version: MetadataVersion::V1_1, offset_bytes: 0, len_bytes: sb1::SB1_MAX_BYTES });
         locations.push(SuperblockLocation {
             version: MetadataVersion::V1_0,
             offset_bytes: sector * SECTOR_BYTES,
@@ -267,10 +263,7 @@ pub struct FoundSuperblock {
 /// Read errors and undecodable locations are skipped: the point is to find what is there.
 /// A device may legitimately hold more than one (a 0.90 and a 1.0 superblock after
 /// re-creation); the caller decides, as mdadm does, by asking the user or by uuid.
-pub fn detect<E>(
-    dev_size_bytes: u64,
-    mut read_at: impl FnMut(u64, usize) -> Result<Vec<u8>, E>,
-) -> Vec<FoundSuperblock> {
+pub fn detect<E>(dev_size_bytes: u64, mut read_at: impl FnMut(u64, usize) -> Result<Vec<u8>, E>) -> Vec<FoundSuperblock> {
     let mut found = Vec::new();
     for location in superblock_locations(dev_size_bytes) {
         let Ok(bytes) = read_at(location.offset_bytes, location.len_bytes) else {
@@ -355,10 +348,7 @@ impl ArrayShape {
     ///   after md's own `calc_sectors` rounding of the per-device size (`raid10_size`).
     ///
     /// `member_data_sizes_sectors` (role order) is only read for linear and raid0.
-    pub fn array_size_sectors(
-        &self,
-        member_data_sizes_sectors: &[u64],
-    ) -> Result<u64, ArraySizeError> {
+    pub fn array_size_sectors(&self, member_data_sizes_sectors: &[u64]) -> Result<u64, ArraySizeError> {
         let level = self.level;
         let raid_disks = u64::from(self.raid_disks);
         let chunk = u64::from(self.chunk_sectors);
@@ -391,8 +381,7 @@ impl ArrayShape {
                 Ok(size / chunk * chunk * data_disks)
             }
             RaidLevel::Raid10 => {
-                let geometry = Raid10Layout::from_raw(self.layout)
-                    .ok_or(ArraySizeError::BadRaid10Layout(self.layout))?;
+                let geometry = Raid10Layout::from_raw(self.layout).ok_or(ArraySizeError::BadRaid10Layout(self.layout))?;
                 if chunk == 0 {
                     return Err(ArraySizeError::ZeroChunk { level });
                 }
@@ -579,18 +568,14 @@ mod tests {
 
     #[test]
     fn uuid_formats_like_mdadm() {
-        let uuid = MdUuid([
-            0x6e, 0x5c, 0x69, 0xb2, 0x5e, 0xae, 0x20, 0x5b, 0xa2, 0xfd, 0x9b, 0x97, 0xca, 0x9b,
-            0xee, 0x00,
-        ]);
+        let uuid = MdUuid([0x6e, 0x5c, 0x69, 0xb2, 0x5e, 0xae, 0x20, 0x5b, 0xa2, 0xfd, 0x9b, 0x97, 0xca, 0x9b, 0xee, 0x00]);
         assert_eq!(uuid.to_string(), "6e5c69b2:5eae205b:a2fd9b97:ca9bee00");
     }
 
     #[test]
     fn locations_for_16_mib() {
         let locations = superblock_locations(16 << 20);
-        let offsets: Vec<(MetadataVersion, u64)> =
-            locations.iter().map(|l| (l.version, l.offset_bytes)).collect();
+        let offsets: Vec<(MetadataVersion, u64)> = locations.iter().map(|l| (l.version, l.offset_bytes)).collect();
         assert_eq!(
             offsets,
             vec![

@@ -159,9 +159,7 @@ impl Superblock090 {
         if major_version != 0 {
             return Err(MetadataError::UnsupportedMajorVersion(major_version));
         }
-        let disks = std::array::from_fn(|i| {
-            DiskDescriptor090::decode(bytes, DISKS_OFFSET + i * DESCRIPTOR_BYTES)
-        });
+        let disks = std::array::from_fn(|i| DiskDescriptor090::decode(bytes, DISKS_OFFSET + i * DESCRIPTOR_BYTES));
         Ok(Self {
             minor_version: u32_at(bytes, 8),
             patch_version: u32_at(bytes, 12),
@@ -276,9 +274,7 @@ impl Superblock090 {
         let disk = &self.this_disk;
         if disk.has(DiskDescriptor090::STATE_FAULTY) {
             DeviceRole::Faulty
-        } else if disk.has(DiskDescriptor090::STATE_SYNC)
-            || (disk.has(DiskDescriptor090::STATE_ACTIVE) && self.minor_version >= 91)
-        {
+        } else if disk.has(DiskDescriptor090::STATE_SYNC) || (disk.has(DiskDescriptor090::STATE_ACTIVE) && self.minor_version >= 91) {
             DeviceRole::Active(disk.raid_disk)
         } else {
             DeviceRole::Spare
@@ -289,9 +285,7 @@ impl Superblock090 {
     /// kernel restarts its recovery from 0); `None` when in sync.
     pub fn recovery_offset_sectors(&self) -> Option<u64> {
         let disk = &self.this_disk;
-        (matches!(self.role_of_this_device(), DeviceRole::Active(_))
-            && !disk.has(DiskDescriptor090::STATE_SYNC))
-        .then_some(0)
+        (matches!(self.role_of_this_device(), DeviceRole::Active(_)) && !disk.has(DiskDescriptor090::STATE_SYNC)).then_some(0)
     }
 
     pub fn is_clean(&self) -> bool {
@@ -339,8 +333,7 @@ mod tests {
     use super::*;
 
     fn sample() -> Superblock090 {
-        let mut disks: [DiskDescriptor090; SB090_DISKS] =
-            std::array::from_fn(|_| DiskDescriptor090::empty());
+        let mut disks: [DiskDescriptor090; SB090_DISKS] = std::array::from_fn(|_| DiskDescriptor090::empty());
         for (index, disk) in disks.iter_mut().take(2).enumerate() {
             disk.number = index as u32;
             disk.raid_disk = index as u32;

@@ -4,14 +4,8 @@
 //! roles; the checksum covers exactly those `256 + 2 * max_dev` bytes. Field offsets are in
 //! `docs/FORMAT.md`.
 
-use super::codec::{
-    array_at, i32_at, md_checksum, put_bytes, put_i32, put_u16, put_u32, put_u64, u16_at, u32_at,
-    u64_at,
-};
-use super::{
-    ArrayShape, DeviceRole, MetadataError, MetadataVersion, MdUuid, RaidLevel, MAX_SECTOR,
-    MD_SB_MAGIC,
-};
+use super::codec::{array_at, i32_at, md_checksum, put_bytes, put_i32, put_u16, put_u32, put_u64, u16_at, u32_at, u64_at};
+use super::{ArrayShape, DeviceRole, MdUuid, MetadataError, MetadataVersion, RaidLevel, MAX_SECTOR, MD_SB_MAGIC};
 
 /// Bytes before `dev_roles[]`.
 pub const SB1_FIXED_BYTES: usize = 256;
@@ -161,10 +155,7 @@ impl Superblock1 {
     /// superblocks ("checksum X, expected Y"). Everything else is still checked.
     pub fn decode_unverified(bytes: &[u8]) -> Result<Self, MetadataError> {
         if bytes.len() < SB1_FIXED_BYTES {
-            return Err(MetadataError::Truncated {
-                needed: SB1_FIXED_BYTES,
-                available: bytes.len(),
-            });
+            return Err(MetadataError::Truncated { needed: SB1_FIXED_BYTES, available: bytes.len() });
         }
         let magic = u32_at(bytes, 0);
         if magic != MD_SB_MAGIC {
@@ -182,8 +173,7 @@ impl Superblock1 {
         if bytes.len() < needed {
             return Err(MetadataError::Truncated { needed, available: bytes.len() });
         }
-        let dev_roles =
-            (0..max_dev as usize).map(|i| u16_at(bytes, SB1_FIXED_BYTES + 2 * i)).collect();
+        let dev_roles = (0..max_dev as usize).map(|i| u16_at(bytes, SB1_FIXED_BYTES + 2 * i)).collect();
         Ok(Self {
             feature_map: FeatureMap(u32_at(bytes, 8)),
             pad0: u32_at(bytes, 12),
@@ -327,9 +317,8 @@ impl Superblock1 {
 
     /// Signed sectors from the superblock to the bitmap, if there is an internal bitmap.
     pub fn bitmap_offset_sectors(&self) -> Option<i32> {
-        (self.feature_map.contains(FeatureMap::BITMAP_OFFSET)
-            && !self.feature_map.contains(FeatureMap::PPL))
-        .then_some(self.bitmap_offset_raw as i32)
+        (self.feature_map.contains(FeatureMap::BITMAP_OFFSET) && !self.feature_map.contains(FeatureMap::PPL))
+            .then_some(self.bitmap_offset_raw as i32)
     }
 
     /// PPL placement, if the PPL feature is on.
@@ -343,8 +332,7 @@ impl Superblock1 {
     /// `Some(sectors recovered)` when `RECOVERY_OFFSET` is set (the device is being rebuilt),
     /// `None` when the device is in sync. Journal devices use the field for `journal_tail`.
     pub fn recovery_offset(&self) -> Option<u64> {
-        (self.feature_map.contains(FeatureMap::RECOVERY_OFFSET)
-            && self.role_of_this_device() != DeviceRole::Journal)
+        (self.feature_map.contains(FeatureMap::RECOVERY_OFFSET) && self.role_of_this_device() != DeviceRole::Journal)
             .then_some(self.recovery_offset_raw)
     }
 
@@ -467,14 +455,8 @@ mod tests {
     #[test]
     fn errors() {
         let bytes = sample().encode();
-        assert!(matches!(
-            Superblock1::decode(&bytes[..100]),
-            Err(MetadataError::Truncated { needed: 256, available: 100 })
-        ));
-        assert!(matches!(
-            Superblock1::decode(&bytes[..260]),
-            Err(MetadataError::Truncated { needed: 266, available: 260 })
-        ));
+        assert!(matches!(Superblock1::decode(&bytes[..100]), Err(MetadataError::Truncated { needed: 256, available: 100 })));
+        assert!(matches!(Superblock1::decode(&bytes[..260]), Err(MetadataError::Truncated { needed: 266, available: 260 })));
         let mut bad = bytes.clone();
         bad[4] = 2;
         assert_eq!(Superblock1::decode(&bad), Err(MetadataError::UnsupportedMajorVersion(2)));

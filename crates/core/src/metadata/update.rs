@@ -160,12 +160,8 @@ impl Superblock {
             }
             Superblock::V090(sb) => {
                 let state = match role {
-                    DeviceRole::Active(_) => {
-                        DiskDescriptor090::STATE_ACTIVE | DiskDescriptor090::STATE_SYNC
-                    }
-                    DeviceRole::Faulty => {
-                        DiskDescriptor090::STATE_FAULTY | DiskDescriptor090::STATE_REMOVED
-                    }
+                    DeviceRole::Active(_) => DiskDescriptor090::STATE_ACTIVE | DiskDescriptor090::STATE_SYNC,
+                    DeviceRole::Faulty => DiskDescriptor090::STATE_FAULTY | DiskDescriptor090::STATE_REMOVED,
                     _ => 0,
                 };
                 let raid_disk = match role {
@@ -255,8 +251,8 @@ mod tests {
 
     #[test]
     fn sb090_descriptors_follow_md_numbering() {
-        use crate::metadata::create::{plan_create, CreateRequest, NewDevice};
         use crate::geometry::Level;
+        use crate::metadata::create::{plan_create, CreateRequest, NewDevice};
         let dev = |i: u8| Some(NewDevice { size_bytes: 8 << 20, device_uuid: [i; 16] });
         let mut req = CreateRequest::new(Level::Raid1, "x", vec![dev(1), dev(2), dev(3)], [1; 16], MdTime::from_parts(1, 0));
         req.metadata = crate::metadata::MetadataVersion::V0_90;

@@ -292,8 +292,7 @@ impl Array {
                     for r in &rows_bad {
                         let sources = roles.syndrome_sources();
                         let zero = vec![0u8; r.len()];
-                        let refs: Vec<&[u8]> =
-                            sources.iter().map(|s| s.map_or(zero.as_slice(), |i| &bufs.data[i][r.clone()])).collect();
+                        let refs: Vec<&[u8]> = sources.iter().map(|s| s.map_or(zero.as_slice(), |i| &bufs.data[i][r.clone()])).collect();
                         match uraid_parity::verify_pq(&refs, &bufs.p[r.clone()], &q_disk[r.clone()]) {
                             Ok(uraid_parity::Verdict::Wrong(b)) => {
                                 let role = match b {
@@ -355,12 +354,9 @@ impl Array {
         let mut q_new = vec![0u8; h];
         compute_parity(roles, &bufs.data, &mut p_new, Some(&mut q_new));
         // The surviving parity block that data (and P) determine.
-        let (role, fresh, on_disk) = if q_missing {
-            (roles.p, &p_new, &bufs.p)
-        } else {
-            (qr, &q_new, bufs.q.as_ref().unwrap_or(&bufs.p))
-        };
-        let bad_rows = (0..h).step_by(ROW_BYTES).filter(|&r| fresh[r..(r + ROW_BYTES).min(h)] != on_disk[r..(r + ROW_BYTES).min(h)]).count() as u64;
+        let (role, fresh, on_disk) = if q_missing { (roles.p, &p_new, &bufs.p) } else { (qr, &q_new, bufs.q.as_ref().unwrap_or(&bufs.p)) };
+        let bad_rows =
+            (0..h).step_by(ROW_BYTES).filter(|&r| fresh[r..(r + ROW_BYTES).min(h)] != on_disk[r..(r + ROW_BYTES).min(h)]).count() as u64;
         if bad_rows == 0 {
             return Ok(());
         }

@@ -62,7 +62,12 @@ pub struct ArrayOptions {
 
 impl Default for ArrayOptions {
     fn default() -> Self {
-        ArrayOptions { assemble: AssembleOptions::default(), writable: false, stripe_cache_pages: DEFAULT_STRIPE_CACHE_PAGES, recovery_lanes: 0 }
+        ArrayOptions {
+            assemble: AssembleOptions::default(),
+            writable: false,
+            stripe_cache_pages: DEFAULT_STRIPE_CACHE_PAGES,
+            recovery_lanes: 0,
+        }
     }
 }
 
@@ -71,12 +76,18 @@ impl Default for ArrayOptions {
 pub enum DeviceState {
     InSync(usize),
     /// Being rebuilt: sectors below `done` (from the data offset) hold valid data.
-    Recovering { role: usize, done: u64 },
+    Recovering {
+        role: usize,
+        done: u64,
+    },
     /// Taking over `role` from its in-sync member, which keeps serving until the copy is
     /// done (md's hot replace): written like the member it replaces, copied up to `done`.
     /// Superblocks record it as a spare until it takes the role, so a restart in between
     /// leaves a healthy array and a spare (md would resume the copy; here it is asked again).
-    Replacing { role: usize, done: u64 },
+    Replacing {
+        role: usize,
+        done: u64,
+    },
     Spare,
     Faulty,
 }
@@ -203,8 +214,7 @@ impl Array {
                 let detail = if p.rejected.is_empty() {
                     String::new()
                 } else {
-                    let why: Vec<String> =
-                        p.rejected.iter().map(|(v, off, e)| format!("{v} superblock at byte {off}: {e}")).collect();
+                    let why: Vec<String> = p.rejected.iter().map(|(v, off, e)| format!("{v} superblock at byte {off}: {e}")).collect();
                     format!(" ({})", why.join("; "))
                 };
                 return Err(EngineError::NoSuperblock { device: dev.label().to_string(), detail });
@@ -292,7 +302,13 @@ impl Array {
         let clean = newest.is_clean();
         let resync_from = match &newest {
             Superblock::V1(sb) => sb.resync_offset_sectors,
-            Superblock::V090(sb) => if sb.is_clean() { MAX_SECTOR } else { 0 },
+            Superblock::V090(sb) => {
+                if sb.is_clean() {
+                    MAX_SECTOR
+                } else {
+                    0
+                }
+            }
         };
         report.needs_resync = !clean && level.has_redundancy();
         for role in 0..raid_disks {
@@ -664,10 +680,9 @@ impl Array {
             .iter()
             .map(|p| match &p.placement {
                 Placement::Single(ms) => io.read.get(ms.role)?.as_ref().map(|_| (ms.role, ms.sector, p.sectors)),
-                Placement::Mirrored(copies) => copies
-                    .iter()
-                    .find(|ms| io.read.get(ms.role).is_some_and(|r| r.is_some()))
-                    .map(|ms| (ms.role, ms.sector, p.sectors)),
+                Placement::Mirrored(copies) => {
+                    copies.iter().find(|ms| io.read.get(ms.role).is_some_and(|r| r.is_some())).map(|ms| (ms.role, ms.sector, p.sectors))
+                }
                 Placement::Striped(_) => None,
             })
             .collect();

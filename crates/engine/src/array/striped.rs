@@ -80,8 +80,7 @@ pub(super) fn compute_parity_refs(roles: &StripeRoles, data: &[&[u8]], p: &mut [
         None => uraid_parity::gen_p(data, p),
         Some(q) => {
             let zero = vec![0u8; p.len()];
-            let refs: Vec<&[u8]> =
-                roles.syndrome_sources().iter().map(|src| src.map_or(zero.as_slice(), |i| data[i])).collect();
+            let refs: Vec<&[u8]> = roles.syndrome_sources().iter().map(|src| src.map_or(zero.as_slice(), |i| data[i])).collect();
             uraid_parity::gen_pq(&refs, p, q)
         }
     };
@@ -193,20 +192,24 @@ impl Array {
 
     /// [`Self::read_window`], the member reads run by `run` (in parallel, or in line by a
     /// caller that runs several windows at once already).
-    pub(super) fn read_window_with(&self, io: &IoMap, lo: u64, hi: u64, run: RunAll<Option<Result<Vec<u8>, String>>>) -> Result<Window, SegmentError> {
+    pub(super) fn read_window_with(
+        &self,
+        io: &IoMap,
+        lo: u64,
+        hi: u64,
+        run: RunAll<Option<Result<Vec<u8>, String>>>,
+    ) -> Result<Window, SegmentError> {
         let len = ((hi - lo) * SECTOR_BYTES) as usize;
-        let results = run(
-            (0..io.read.len())
-                .map(|role| {
-                    let f: Box<dyn FnOnce() -> Option<Result<Vec<u8>, String>> + Send> = Box::new(move || {
-                        io.read[role].as_ref()?;
-                        let mut b = self.cache.buffer(len);
-                        Some(self.read_member(io, MemberSector { role, sector: lo }, &mut b).map(|_| b))
-                    });
-                    (len, f)
-                })
-                .collect(),
-        );
+        let results = run((0..io.read.len())
+            .map(|role| {
+                let f: Box<dyn FnOnce() -> Option<Result<Vec<u8>, String>> + Send> = Box::new(move || {
+                    io.read[role].as_ref()?;
+                    let mut b = self.cache.buffer(len);
+                    Some(self.read_member(io, MemberSector { role, sector: lo }, &mut b).map(|_| b))
+                });
+                (len, f)
+            })
+            .collect());
         let mut win = Vec::with_capacity(results.len());
         for r in results {
             match r {
@@ -467,10 +470,8 @@ impl Array {
             let in_sync = stripe_end <= self.resync_position();
             let result = if healthy && in_sync {
                 let written: usize = writes.iter().map(|w| w.bytes.len()).sum();
-                let rcw_reads: usize = (0..roles.data.len())
-                    .filter(|i| !writes.iter().any(|w| w.data_index == *i && w.bytes.len() == h))
-                    .count()
-                    * h;
+                let rcw_reads: usize =
+                    (0..roles.data.len()).filter(|i| !writes.iter().any(|w| w.data_index == *i && w.bytes.len() == h)).count() * h;
                 let rmw_reads = written + h * (1 + roles.q.is_some() as usize);
                 if rmw_reads < rcw_reads {
                     self.segment_rmw(&io, &roles, lo, h, writes, outs)
@@ -497,7 +498,15 @@ impl Array {
         self.read_member(io, MemberSector { role, sector }, out).map_err(|_| SegmentError::Retry)
     }
 
-    fn segment_rmw<'a>(&self, io: &IoMap, roles: &StripeRoles, lo: u64, h: usize, writes: &[BlockWrite<'a>], outs: &mut Outs<'a>) -> Result<(), SegmentError> {
+    fn segment_rmw<'a>(
+        &self,
+        io: &IoMap,
+        roles: &StripeRoles,
+        lo: u64,
+        h: usize,
+        writes: &[BlockWrite<'a>],
+        outs: &mut Outs<'a>,
+    ) -> Result<(), SegmentError> {
         let mut p = vec![0u8; h];
         self.read_for_write(io, roles.p, lo, &mut p)?;
         let mut q = match roles.q {
@@ -538,7 +547,15 @@ impl Array {
         Ok(())
     }
 
-    fn segment_rcw<'a>(&self, io: &IoMap, roles: &StripeRoles, lo: u64, h: usize, writes: &[BlockWrite<'a>], outs: &mut Outs<'a>) -> Result<(), SegmentError> {
+    fn segment_rcw<'a>(
+        &self,
+        io: &IoMap,
+        roles: &StripeRoles,
+        lo: u64,
+        h: usize,
+        writes: &[BlockWrite<'a>],
+        outs: &mut Outs<'a>,
+    ) -> Result<(), SegmentError> {
         let n = roles.data.len();
         // Full-stripe write: parity straight from the caller's buffers, no copies, no reads.
         if writes.len() == n && writes.iter().all(|w| w.bytes.len() == h && w.sector == lo) {
@@ -592,7 +609,15 @@ impl Array {
 
     /// With every data block of the segment in `data`: overlay the writes, compute parity,
     /// write the written blocks, rebuilt-but-missing blocks' new state is implied, and P/Q.
-    fn finish_full_stripe<'a>(&self, roles: &StripeRoles, lo: u64, h: usize, mut data: Vec<Vec<u8>>, writes: &[BlockWrite<'a>], outs: &mut Outs<'a>) {
+    fn finish_full_stripe<'a>(
+        &self,
+        roles: &StripeRoles,
+        lo: u64,
+        h: usize,
+        mut data: Vec<Vec<u8>>,
+        writes: &[BlockWrite<'a>],
+        outs: &mut Outs<'a>,
+    ) {
         for w in writes {
             let off = ((w.sector - lo) * SECTOR_BYTES) as usize;
             data[w.data_index][off..off + w.bytes.len()].copy_from_slice(w.bytes);

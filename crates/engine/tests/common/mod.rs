@@ -24,7 +24,16 @@ pub struct Shape {
 
 impl Shape {
     pub fn new(level: Level, disks: usize) -> Shape {
-        Shape { level, disks, chunk_kib: 64, layout: None, member_bytes: 4 << 20, spares: 0, sync: InitialSync::AssumeClean, bitmap_chunk: None }
+        Shape {
+            level,
+            disks,
+            chunk_kib: 64,
+            layout: None,
+            member_bytes: 4 << 20,
+            spares: 0,
+            sync: InitialSync::AssumeClean,
+            bitmap_chunk: None,
+        }
     }
     pub fn layout(mut self, l: u32) -> Shape {
         self.layout = Some(l);
@@ -50,10 +59,8 @@ pub struct Made {
 }
 
 pub fn make(shape: &Shape) -> Made {
-    let members: Vec<Arc<MemMember>> =
-        (0..shape.disks).map(|i| Arc::new(MemMember::zeroed(format!("m{i}"), shape.member_bytes))).collect();
-    let spares: Vec<Arc<MemMember>> =
-        (0..shape.spares).map(|i| Arc::new(MemMember::zeroed(format!("s{i}"), shape.member_bytes))).collect();
+    let members: Vec<Arc<MemMember>> = (0..shape.disks).map(|i| Arc::new(MemMember::zeroed(format!("m{i}"), shape.member_bytes))).collect();
+    let spares: Vec<Arc<MemMember>> = (0..shape.spares).map(|i| Arc::new(MemMember::zeroed(format!("s{i}"), shape.member_bytes))).collect();
     let m: Vec<Arc<dyn Member>> = members.iter().map(|m| m.clone() as Arc<dyn Member>).collect();
     let s: Vec<Arc<dyn Member>> = spares.iter().map(|m| m.clone() as Arc<dyn Member>).collect();
     write_created(shape, &m, &s);

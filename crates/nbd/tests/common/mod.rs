@@ -19,16 +19,10 @@ use uraid_nbd::{Export, Listener, NbdServer, ServerConfig};
 
 /// A RAID level over `disks` in-memory members of `member_bytes` each, named `name`.
 pub fn array(level: Level, disks: usize, member_bytes: usize, name: &str) -> Arc<Array> {
-    let members: Vec<Arc<MemMember>> =
-        (0..disks).map(|i| Arc::new(MemMember::zeroed(format!("m{i}"), member_bytes))).collect();
+    let members: Vec<Arc<MemMember>> = (0..disks).map(|i| Arc::new(MemMember::zeroed(format!("m{i}"), member_bytes))).collect();
     let new = |i: usize| NewDevice { size_bytes: member_bytes as u64, device_uuid: [i as u8 + 1; 16] };
-    let mut req = CreateRequest::new(
-        level,
-        name,
-        (0..disks).map(|i| Some(new(i))).collect(),
-        [0x42; 16],
-        MdTime::from_parts(1_700_000_000, 0),
-    );
+    let mut req =
+        CreateRequest::new(level, name, (0..disks).map(|i| Some(new(i))).collect(), [0x42; 16], MdTime::from_parts(1_700_000_000, 0));
     if !matches!(level, Level::Raid1) {
         req.chunk_bytes = Some(64 * 1024);
     }
@@ -61,11 +55,8 @@ impl Running {
     pub fn start(addr: &str, exports: Vec<Export>) -> Running {
         // A handshake deadline far beyond the hang guard, so no client, however slow the
         // machine, races it (the deadline has its own test, with its own short one).
-        let config = ServerConfig {
-            handshake_timeout: Duration::from_secs(3600),
-            poll_interval: Duration::from_millis(20),
-            ..Default::default()
-        };
+        let config =
+            ServerConfig { handshake_timeout: Duration::from_secs(3600), poll_interval: Duration::from_millis(20), ..Default::default() };
         Running::start_with(addr, exports, config)
     }
     pub fn start_with(addr: &str, exports: Vec<Export>, config: ServerConfig) -> Running {

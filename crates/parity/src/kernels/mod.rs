@@ -37,34 +37,18 @@ pub(crate) trait Lane: Copy {
 /// lengths, counts and indices before calling them; every pointer covers `len` bytes.
 pub(crate) type GenPFn = unsafe fn(srcs: &[*const u8], p: *mut u8, len: usize);
 pub(crate) type GenPqFn = unsafe fn(srcs: &[*const u8], p: *mut u8, q: *mut u8, len: usize);
-pub(crate) type UpdatePqFn =
-    unsafe fn(first: usize, srcs: &[*const u8], p: *mut u8, q: *mut u8, len: usize);
+pub(crate) type UpdatePqFn = unsafe fn(first: usize, srcs: &[*const u8], p: *mut u8, q: *mut u8, len: usize);
 /// `srcs` has null at `x` and `y` (x < y); writes the two lost blocks.
-pub(crate) type Recov2DataFn = unsafe fn(
-    srcs: &[*const u8],
-    x: usize,
-    y: usize,
-    dx: *mut u8,
-    dy: *mut u8,
-    p: *const u8,
-    q: *const u8,
-    len: usize,
-);
+pub(crate) type Recov2DataFn =
+    unsafe fn(srcs: &[*const u8], x: usize, y: usize, dx: *mut u8, dy: *mut u8, p: *const u8, q: *const u8, len: usize);
 /// `srcs` has null at `x`; rebuilds D_x from Q, then writes P.
-pub(crate) type RecovDataPFn =
-    unsafe fn(srcs: &[*const u8], x: usize, dx: *mut u8, p: *mut u8, q: *const u8, len: usize);
+pub(crate) type RecovDataPFn = unsafe fn(srcs: &[*const u8], x: usize, dx: *mut u8, p: *mut u8, q: *const u8, len: usize);
 /// `srcs` has null at `x`; rebuilds D_x from P, then writes Q.
-pub(crate) type RecovDataQFn =
-    unsafe fn(srcs: &[*const u8], x: usize, dx: *mut u8, p: *const u8, q: *mut u8, len: usize);
+pub(crate) type RecovDataQFn = unsafe fn(srcs: &[*const u8], x: usize, dx: *mut u8, p: *const u8, q: *mut u8, len: usize);
 
 /// XOR of all sources for `U` vectors at a time, from `off` while a whole step fits.
 #[inline(always)]
-pub(crate) unsafe fn gen_p_run<V: Lane, const U: usize>(
-    srcs: &[*const u8],
-    p: *mut u8,
-    mut off: usize,
-    len: usize,
-) -> usize {
+pub(crate) unsafe fn gen_p_run<V: Lane, const U: usize>(srcs: &[*const u8], p: *mut u8, mut off: usize, len: usize) -> usize {
     let step = V::BYTES * U;
     let Some((first, rest)) = srcs.split_first() else { return off };
     while off + step <= len {
@@ -90,10 +74,7 @@ pub(crate) unsafe fn gen_p_run<V: Lane, const U: usize>(
 /// block counts as zero but still takes its power of g). `GAPS` is false for passes that
 /// cannot contain nulls, which removes the null test from the hot loop.
 #[inline(always)]
-pub(crate) unsafe fn syndrome<V: Lane, const U: usize, const GAPS: bool>(
-    srcs: &[*const u8],
-    off: usize,
-) -> ([V; U], [V; U]) {
+pub(crate) unsafe fn syndrome<V: Lane, const U: usize, const GAPS: bool>(srcs: &[*const u8], off: usize) -> ([V; U], [V; U]) {
     let mut wp = [V::zero(); U];
     let mut wq = [V::zero(); U];
     let mut z = srcs.len();
@@ -125,13 +106,7 @@ pub(crate) unsafe fn syndrome<V: Lane, const U: usize, const GAPS: bool>(
 }
 
 #[inline(always)]
-pub(crate) unsafe fn gen_pq_run<V: Lane, const U: usize>(
-    srcs: &[*const u8],
-    p: *mut u8,
-    q: *mut u8,
-    mut off: usize,
-    len: usize,
-) -> usize {
+pub(crate) unsafe fn gen_pq_run<V: Lane, const U: usize>(srcs: &[*const u8], p: *mut u8, q: *mut u8, mut off: usize, len: usize) -> usize {
     let step = V::BYTES * U;
     while off + step <= len {
         let (wp, wq) = syndrome::<V, U, false>(srcs, off);

@@ -60,20 +60,14 @@ impl Lane for Avx2 {
     #[inline(always)]
     unsafe fn prepare(c: u8) -> Self::MulConst {
         let (lo, hi) = gf::nibble_tables(c);
-        (
-            _mm256_broadcastsi128_si256(table128(&lo)),
-            _mm256_broadcastsi128_si256(table128(&hi)),
-        )
+        (_mm256_broadcastsi128_si256(table128(&lo)), _mm256_broadcastsi128_si256(table128(&hi)))
     }
     #[inline(always)]
     unsafe fn mul(a: Self, (lo, hi): Self::MulConst) -> Self {
         let nib = _mm256_set1_epi8(0x0f);
         let l = _mm256_and_si256(a.0, nib);
         let h = _mm256_and_si256(_mm256_srli_epi16(a.0, 4), nib);
-        Avx2(_mm256_xor_si256(
-            _mm256_shuffle_epi8(lo, l),
-            _mm256_shuffle_epi8(hi, h),
-        ))
+        Avx2(_mm256_xor_si256(_mm256_shuffle_epi8(lo, l), _mm256_shuffle_epi8(hi, h)))
     }
 }
 
@@ -98,10 +92,7 @@ impl Lane for Avx2Gfni {
     }
     #[inline(always)]
     unsafe fn mul2(a: Self) -> Self {
-        Avx2Gfni(_mm256_gf2p8affine_epi64_epi8::<0>(
-            a.0,
-            _mm256_set1_epi64x(X2_MATRIX),
-        ))
+        Avx2Gfni(_mm256_gf2p8affine_epi64_epi8::<0>(a.0, _mm256_set1_epi64x(X2_MATRIX)))
     }
     #[inline(always)]
     unsafe fn prepare(c: u8) -> Self::MulConst {
@@ -141,20 +132,14 @@ impl Lane for Avx512 {
     #[inline(always)]
     unsafe fn prepare(c: u8) -> Self::MulConst {
         let (lo, hi) = gf::nibble_tables(c);
-        (
-            _mm512_broadcast_i32x4(table128(&lo)),
-            _mm512_broadcast_i32x4(table128(&hi)),
-        )
+        (_mm512_broadcast_i32x4(table128(&lo)), _mm512_broadcast_i32x4(table128(&hi)))
     }
     #[inline(always)]
     unsafe fn mul(a: Self, (lo, hi): Self::MulConst) -> Self {
         let nib = _mm512_set1_epi8(0x0f);
         let l = _mm512_and_si512(a.0, nib);
         let h = _mm512_and_si512(_mm512_srli_epi16(a.0, 4), nib);
-        Avx512(_mm512_xor_si512(
-            _mm512_shuffle_epi8(lo, l),
-            _mm512_shuffle_epi8(hi, h),
-        ))
+        Avx512(_mm512_xor_si512(_mm512_shuffle_epi8(lo, l), _mm512_shuffle_epi8(hi, h)))
     }
 }
 
@@ -179,10 +164,7 @@ impl Lane for Avx512Gfni {
     }
     #[inline(always)]
     unsafe fn mul2(a: Self) -> Self {
-        Avx512Gfni(_mm512_gf2p8affine_epi64_epi8::<0>(
-            a.0,
-            _mm512_set1_epi64(X2_MATRIX),
-        ))
+        Avx512Gfni(_mm512_gf2p8affine_epi64_epi8::<0>(a.0, _mm512_set1_epi64(X2_MATRIX)))
     }
     #[inline(always)]
     unsafe fn prepare(c: u8) -> Self::MulConst {
