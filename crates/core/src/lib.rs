@@ -7,3 +7,4 @@
 pub mod assemble;
 pub mod geometry;
 pub mod metadata;
+pub mod state;

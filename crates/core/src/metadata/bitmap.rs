@@ -209,6 +209,18 @@ impl WriteIntentBits {
         }
     }
 
+    /// Clears every chunk (the array was marked clean with every write flushed).
+    pub fn clear_all(&mut self) {
+        self.bytes.fill(0);
+    }
+
+    /// Marks every chunk marked in `other` (same shape; extra bytes are ignored).
+    pub fn union_with(&mut self, other: &WriteIntentBits) {
+        for (a, b) in self.bytes.iter_mut().zip(&other.bytes) {
+            *a |= b;
+        }
+    }
+
     /// Marked chunks in increasing order.
     pub fn dirty_chunks(&self) -> impl Iterator<Item = u64> + '_ {
         (0..self.chunk_count).filter(|chunk| self.is_dirty(*chunk))

@@ -13,7 +13,6 @@ use uraid_core::metadata::{BitmapSuperblock, Superblock, WriteIntentBits};
 
 pub(super) struct BitmapState {
     pub sb: BitmapSuperblock,
-    pub bits: WriteIntentBits,
     /// Bytes from a member's superblock to its bitmap superblock.
     pub rel_offset: i64,
     /// Chunks that must be resynced (set when the array was found dirty).
@@ -25,7 +24,13 @@ pub(super) struct BitmapState {
 /// cannot be read or decoded. A declared bitmap is never dropped silently: without it a
 /// crash would be followed by a full resync at best, and md would later read whatever is
 /// there as the bitmap.
-pub(super) fn load(member: &dyn crate::member::Member, sb: &Superblock, sb_offset: u64) -> Result<Option<BitmapState>, String> {
+/// The bits as read are returned beside the state: they seed the array's
+/// [`uraid_core::state::WriteState`], which owns them from then on.
+pub(super) fn load(
+    member: &dyn crate::member::Member,
+    sb: &Superblock,
+    sb_offset: u64,
+) -> Result<Option<(BitmapState, WriteIntentBits)>, String> {
     let rel_offset = match sb {
         Superblock::V1(s) => match s.bitmap_offset_sectors() {
             Some(off) => i64::from(off) * 512,
@@ -61,7 +66,7 @@ pub(super) fn load(member: &dyn crate::member::Member, sb: &Superblock, sb_offse
     } else {
         Some(bits.clone())
     };
-    Ok(Some(BitmapState { sb: bsb, bits, rel_offset, resync }))
+    Ok(Some((BitmapState { sb: bsb, rel_offset, resync }, bits)))
 }
 
 impl Array {
@@ -78,20 +83,27 @@ impl Array {
         }
     }
 
-    /// Sets (durably) the bits for a write to array sectors `first..first+n`.
+    /// Makes the bitmap bits for a write to array sectors `first..first+n` durable (see
+    /// `safe_mode.rs`) and asserts the write may touch data.
     pub(super) fn bitmap_prepare_write(&self, first: u64, n: u64) {
-        let Some((start, len)) = self.bitmap_range(first, n) else { return };
-        let mut guard = self.bitmap.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(state) = guard.as_mut() else { return };
-        let (c0, c1) = (state.bits.chunk_of_sector(start), state.bits.chunk_of_sector(start + len.max(1) - 1));
-        if (c0..=c1).all(|c| state.bits.is_dirty(c)) {
-            return;
-        }
-        state.bits.mark_sectors(start, len);
-        let bytes = state.bits.encode().to_vec();
-        let rel = state.rel_offset + 256;
-        drop(guard);
-        self.write_bitmap_area(rel, &bytes);
+        let chunks = self.bitmap_range(first, n).and_then(|(start, len)| {
+            let guard = self.bitmap.lock().unwrap_or_else(|e| e.into_inner());
+            let per = guard.as_ref()?.sb.chunk_sectors();
+            Some((start / per, (start + len.max(1) - 1) / per))
+        });
+        self.bitmap_bits_durable(chunks);
+    }
+
+    /// Writes the bitmap's bit area on every member in the array, then flushes them.
+    pub(super) fn write_bitmap_bits(&self, bits: &[u8]) {
+        let rel = {
+            let guard = self.bitmap.lock().unwrap_or_else(|e| e.into_inner());
+            match guard.as_ref() {
+                Some(state) => state.rel_offset + 256,
+                None => return,
+            }
+        };
+        self.write_bitmap_area(rel, bits);
     }
 
     /// Writes `bytes` at `rel` from each written member's superblock, then flushes them.
@@ -119,9 +131,10 @@ impl Array {
         state.sb.events = events;
         let mut bits = None;
         if clear {
+            // No write is pending (the array is being marked clean), so no bitmap write of
+            // the write path can be in flight to land over this one.
             state.sb.events_cleared = events;
-            state.bits = WriteIntentBits::all_clean(&state.sb);
-            bits = Some(state.bits.encode().to_vec());
+            bits = Some(WriteIntentBits::all_clean(&state.sb).encode().to_vec());
         }
         let mut head = state.sb.encode().to_vec();
         if let Some(b) = bits {

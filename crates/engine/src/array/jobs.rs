@@ -135,11 +135,10 @@ impl Array {
         if !self.writable {
             return Err(EngineError::ReadOnly);
         }
-        if pos < total {
-            self.ensure_dirty()?;
-        }
+        // Resync writes member data: it counts as a write, so no clean mark can record a
+        // position whose regions are not yet flushed.
+        let _write = if pos < total { Some(self.begin_write()?) } else { None };
         let end = pos.saturating_add(max_sectors.max(unit)).min(total);
-        let _gate = self.write_gate.read().unwrap_or_else(|e| e.into_inner());
         while pos < end {
             let n = (unit - pos % unit).min(end - pos);
             if !self.bitmap_allows_skip(pos, n) {
@@ -168,10 +167,8 @@ impl Array {
     pub fn check_step(&self, from: u64, max_sectors: u64, repair: bool, report: &mut CheckReport) -> Result<JobProgress, EngineError> {
         let total = self.sync_sectors();
         let unit = self.step_unit();
-        if repair {
-            self.ensure_dirty()?;
-        }
-        let _gate = self.write_gate.read().unwrap_or_else(|e| e.into_inner());
+        // A check only reads; a repair writes and so counts as a write.
+        let _write = if repair { Some(self.begin_write()?) } else { None };
         let end = from.saturating_add(max_sectors.max(unit)).min(total);
         let mut pos = from;
         while pos < end {
@@ -185,7 +182,7 @@ impl Array {
     /// Rebuilds up to `max_sectors` of the recovering member (a missing role first, else a
     /// hot replacement's copy).
     pub fn recovery_step(&self, max_sectors: u64) -> Result<JobProgress, EngineError> {
-        self.ensure_dirty()?;
+        let _write = self.begin_write()?;
         let total = self.sync_sectors();
         let unit = self.recovery_unit();
         let (device, role, mut done, replacing) = {
@@ -206,7 +203,6 @@ impl Array {
             }
         };
         let state_at = |done| if replacing { DeviceState::Replacing { role, done } } else { DeviceState::Recovering { role, done } };
-        let _gate = self.write_gate.read().unwrap_or_else(|e| e.into_inner());
         let end = done.saturating_add(max_sectors.max(unit)).min(total);
         let mut regions = Vec::new();
         let mut at = done;
@@ -243,7 +239,7 @@ impl Array {
             meta.devices[device].sb.set_recovery_offset(Some(done));
         }
         self.rebuild_io_map(&meta);
-        let resync = if self.dirty.load(Ordering::Acquire) { 0 } else { self.resync_position() };
+        let resync = self.resync_offset_for_superblock();
         self.persist(&mut meta, resync);
         drop(meta);
         if done >= total {

@@ -3,7 +3,6 @@
 
 use super::{now_seconds, superblock_bytes, Array, Device, DeviceState, EngineError};
 use crate::member::Member;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use uraid_core::metadata::add::spare_superblock;
 use uraid_core::metadata::{MetadataVersion, Superblock};
@@ -51,7 +50,7 @@ impl Array {
             }
         }
         let mut sb = planned.superblock;
-        sb.set_array_state(meta.events, if self.dirty.load(Ordering::Acquire) { 0 } else { self.resync_position() }, now_seconds());
+        sb.set_array_state(meta.events, self.resync_offset_for_superblock(), now_seconds());
         member
             .write_at(&superblock_bytes(&sb), planned.superblock_offset_bytes)
             .and_then(|_| member.flush())
@@ -64,7 +63,7 @@ impl Array {
             state: DeviceState::Spare,
             failure: None,
         });
-        let resync = if self.dirty.load(Ordering::Acquire) { 0 } else { self.resync_position() };
+        let resync = self.resync_offset_for_superblock();
         self.persist(&mut meta, resync);
         drop(meta);
         self.start_recovery_if_possible();
@@ -133,7 +132,7 @@ impl Array {
         }
         meta.devices.remove(idx);
         if self.writable {
-            let resync = if self.dirty.load(Ordering::Acquire) { 0 } else { self.resync_position() };
+            let resync = self.resync_offset_for_superblock();
             self.persist(&mut meta, resync);
         }
         self.rebuild_io_map(&meta);

@@ -11,6 +11,7 @@ mod bitmap;
 mod jobs;
 mod manage;
 mod recovery;
+mod safe_mode;
 mod striped;
 
 pub use jobs::{CheckReport, JobKind, JobProgress};
@@ -20,7 +21,7 @@ use crate::member::Member;
 use crate::parallel::{Bufs, MemberIo, Run};
 use crate::scan::probe;
 use crate::stripe_cache::{StripeCache, DEFAULT_STRIPE_CACHE_PAGES};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use uraid_core::assemble::{assemble, AssembleOptions, Candidate, Decision, Exclusion};
 use uraid_core::geometry::{ArraySpec, Geometry, Level, MemberSector, Placement, SECTOR_BYTES};
@@ -161,12 +162,15 @@ pub struct Array {
     /// vectors (an `Arc` per member) cost a sixth of a 4 KiB random read.
     io: RwLock<Arc<IoMap>>,
     meta: Mutex<Meta>,
-    /// The superblocks say "active" (writes since the last clean mark).
-    dirty: AtomicBool,
+    /// Clean/active, writes pending, the bitmap's bits and pending bitmap writes (the pure
+    /// state machine; `safe_mode.rs` drives it). Never held across I/O.
+    write_state: Mutex<uraid_core::state::WriteState>,
+    /// Signalled at every change of `write_state`, for writers and the clean mark waiting.
+    write_state_changed: std::sync::Condvar,
+    /// See [`Array::bitmap_waits`].
+    bitmap_waits: AtomicU64,
     /// Member sectors below which redundancy is known consistent; MAX_SECTOR when all are.
     resync_pos: AtomicU64,
-    /// Held (shared) by every write; taken exclusively to mark the array clean.
-    write_gate: RwLock<()>,
     /// When the last write finished (ms since the array was assembled), for idle marking.
     last_write_ms: AtomicU64,
     started: std::time::Instant,
@@ -321,7 +325,7 @@ impl Array {
         let bitmap_state = match plan.members.iter().flatten().next() {
             None => None,
             Some(&i) => match bitmap::load(devices[i].as_ref(), &candidates[plan.newest].superblock, sb_offsets[i]) {
-                Ok(state) => state,
+                Ok(loaded) => loaded,
                 // Refused unless forced: without its bitmap the array would run with no
                 // record of where writes were in flight. With --force it runs without one
                 // and, if it was not clean, resyncs everything (what md does with no bitmap).
@@ -354,15 +358,18 @@ impl Array {
             writable: opts.writable,
             io: RwLock::new(Arc::new(IoMap::default())),
             meta: Mutex::new(Meta { devices: kept, events: plan.events, failed: None }),
-            dirty: AtomicBool::new(false),
+            // Starts clean even when assembled dirty: the first write re-marks "active" (a
+            // no-op on disk) and a resync covers the rest.
+            write_state: Mutex::new(uraid_core::state::WriteState::new(false, bitmap_state.as_ref().map(|(_, bits)| bits.clone()))),
+            write_state_changed: std::sync::Condvar::new(),
+            bitmap_waits: AtomicU64::new(0),
             resync_pos: AtomicU64::new(if level.has_redundancy() { resync_from } else { MAX_SECTOR }),
-            write_gate: RwLock::new(()),
             last_write_ms: AtomicU64::new(0),
             started: std::time::Instant::now(),
             locks: StripeLocks::default(),
             cache,
             recovery_lanes: if opts.recovery_lanes == 0 { recovery::default_lanes() } else { opts.recovery_lanes },
-            bitmap: Mutex::new(bitmap_state),
+            bitmap: Mutex::new(bitmap_state.map(|(state, _)| state)),
         };
         array.rebuild_io_map(&array.lock_meta());
         Ok((array, report))
@@ -477,41 +484,6 @@ impl Array {
         }
     }
 
-    /// Before the first write after a clean state: superblocks say "active" (md's
-    /// resync_offset 0), durable before any data is written, so a crash leads to a resync.
-    fn ensure_dirty(&self) -> Result<(), EngineError> {
-        if !self.writable {
-            return Err(EngineError::ReadOnly);
-        }
-        if self.dirty.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        let mut meta = self.lock_meta();
-        if let Some(why) = &meta.failed {
-            return Err(EngineError::Failed(why.clone()));
-        }
-        if !self.dirty.load(Ordering::Acquire) {
-            self.persist(&mut meta, 0);
-            self.dirty.store(true, Ordering::Release);
-        }
-        Ok(())
-    }
-
-    /// Flushes every member, then (if writes happened) records the array clean. Waits for
-    /// writes in flight. md does this after a short idle period and at stop.
-    pub fn mark_clean(&self) -> Result<(), EngineError> {
-        let _gate = self.write_gate.write().unwrap_or_else(|e| e.into_inner());
-        self.flush()?;
-        if !self.dirty.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        let mut meta = self.lock_meta();
-        let resync = self.resync_pos.load(Ordering::Acquire);
-        self.persist(&mut meta, resync);
-        self.dirty.store(false, Ordering::Release);
-        Ok(())
-    }
-
     /// Makes every acknowledged write durable on every member.
     pub fn flush(&self) -> Result<(), EngineError> {
         let io = self.io_map();
@@ -556,7 +528,7 @@ impl Array {
         meta.devices[device].failure = Some(why.to_string());
         self.mark_faulty_locked(&mut meta, device);
         if self.writable {
-            let resync = if self.dirty.load(Ordering::Acquire) { 0 } else { self.resync_pos.load(Ordering::Acquire) };
+            let resync = self.resync_offset_for_superblock();
             self.persist(&mut meta, resync);
         }
     }
@@ -745,21 +717,13 @@ impl Array {
         if data.is_empty() {
             return Ok(());
         }
-        self.ensure_dirty()?;
-        let _gate = self.write_gate.read().unwrap_or_else(|e| e.into_inner());
+        // Begun before anything else (md's md_write_start): a clean mark cannot run between
+        // the "already active" check and the data write.
+        let _write = self.begin_write()?;
         self.check_alive()?;
         let first = offset / SECTOR_BYTES;
         self.bitmap_prepare_write(first, (offset + data.len() as u64).div_ceil(SECTOR_BYTES) - first);
-        let result = self.write_aligned_or_merged(offset, data);
-        self.last_write_ms.store(self.started.elapsed().as_millis() as u64, Ordering::Release);
-        result
-    }
-
-    /// Whether the superblocks say "active" and no write has finished for `idle`: md's
-    /// safe-mode moment to mark the array clean again.
-    pub fn dirty_and_idle(&self, idle: std::time::Duration) -> bool {
-        let last = self.last_write_ms.load(Ordering::Acquire);
-        self.dirty.load(Ordering::Acquire) && self.started.elapsed().as_millis() as u64 >= last + idle.as_millis() as u64
+        self.write_aligned_or_merged(offset, data)
     }
 
     fn write_aligned_or_merged(&self, offset: u64, data: &[u8]) -> Result<(), EngineError> {
@@ -816,8 +780,7 @@ impl Array {
         if (offset + len) > end * SECTOR_BYTES {
             self.write_zeroes(end * SECTOR_BYTES, offset + len - end * SECTOR_BYTES)?;
         }
-        self.ensure_dirty()?;
-        let _gate = self.write_gate.read().unwrap_or_else(|e| e.into_inner());
+        let _write = self.begin_write()?;
         self.check_alive()?;
         self.bitmap_prepare_write(first, end - first);
         let (lo, hi) = self.lock_span(first, end - first);
@@ -838,7 +801,6 @@ impl Array {
                 }
             }
         }
-        self.last_write_ms.store(self.started.elapsed().as_millis() as u64, Ordering::Release);
         self.check_alive()
     }
 
