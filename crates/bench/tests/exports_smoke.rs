@@ -8,7 +8,7 @@ use uraid_core::geometry::Level;
 #[test]
 fn every_path_reports_positive_throughput() {
     if !fio_available() {
-        println!("SKIPPED: fio not installed");
+        uraid_testkit::skip("bench exports_smoke", "fio not installed (scripts/setup installs it)");
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");

@@ -87,7 +87,7 @@ fn places() -> Vec<(tempfile::TempDir, bool)> {
 /// The member-I/O pool, or None (with the reason printed) where io_uring is unavailable.
 fn pool_if_uring() -> Option<rayon::ThreadPool> {
     if let Err(why) = uring_available() {
-        println!("SKIPPED: {why}");
+        uraid_testkit::skip("bench uring", &why);
         return None;
     }
     Some(io_pool().expect("pool"))

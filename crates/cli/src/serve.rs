@@ -217,21 +217,52 @@ impl Served {
         }
     }
 
+    /// The member a control command names. Clients send absolute paths when the path
+    /// exists where they run; such a path is matched by device identity (any spelling of a
+    /// member's path works, from any directory, and an unrelated file of the same name is
+    /// never taken for a member). A name that exists nowhere on the client's side is
+    /// matched against the members' labels as given at serve time (a member whose file is
+    /// gone, say).
+    fn member_label(&self, device: &str) -> Result<String> {
+        let path = std::path::Path::new(device);
+        if let Some(id) = uraid_engine::DeviceIdentity::of_path(path).filter(|_| path.is_absolute()) {
+            return self.array.label_of_identity(id).ok_or_else(|| anyhow::anyhow!("{device} is not a member of {}", self.name()));
+        }
+        let labels: Vec<String> = self.array.devices().into_iter().map(|d| d.label).collect();
+        if labels.iter().any(|l| l == device) {
+            return Ok(device.to_string());
+        }
+        bail!("{device} is not a member of {} (members: {})", self.name(), labels.join(", "))
+    }
+
+    /// A device already attached to the array (any spelling) cannot be added again.
+    fn refuse_if_member(&self, device: &str) -> Result<()> {
+        if let Some(label) =
+            uraid_engine::DeviceIdentity::of_path(std::path::Path::new(device)).and_then(|id| self.array.label_of_identity(id))
+        {
+            bail!("{device} is already attached to {} (as {label}); a device can hold only one member", self.name());
+        }
+        Ok(())
+    }
+
     fn handle(&self, req: Request) -> Reply {
         let a = &self.array;
         let result: Result<()> = (|| {
             match req {
                 Request::Status => {}
-                Request::Fail { device } => a.fail_device_by_label(&device)?,
-                Request::Remove { device } => a.remove_device(&device)?,
+                Request::Fail { device } => a.fail_device_by_label(&self.member_label(&device)?)?,
+                Request::Remove { device } => a.remove_device(&self.member_label(&device)?)?,
                 Request::Add { device } => {
+                    self.refuse_if_member(&device)?;
                     let m: Arc<dyn Member> = Arc::new(FileMember::open_with(std::path::Path::new(&device), true, self.args.io.mode())?);
                     a.add_device(m, random_uuid())?;
                 }
                 Request::Replace { device, with } => {
+                    let old = self.member_label(&device)?;
+                    self.refuse_if_member(&with)?;
                     // md's hot replace: the old member keeps serving while it is copied.
                     let m: Arc<dyn Member> = Arc::new(FileMember::open_with(std::path::Path::new(&with), true, self.args.io.mode())?);
-                    a.replace_device(&device, m, random_uuid())?;
+                    a.replace_device(&old, m, random_uuid())?;
                 }
                 Request::Check { repair } => {
                     let mut job = self.job.lock().unwrap_or_else(|e| e.into_inner());
@@ -417,8 +448,11 @@ pub fn run_served(served: Arc<Served>, extra: Vec<Box<dyn FnOnce() + Send>>) -> 
             }
         }
     });
+    // Clean first, socket second: once the socket is gone the array is clean on disk.
+    // (`uraid stop` also waits for this process to exit, which releases the members.)
+    let closed = served.array.close();
     let _ = std::fs::remove_file(&sock);
-    served.array.close()?;
+    closed?;
     if !served.args.json {
         eprintln!("uraid: {:?} stopped cleanly", served.name());
     }

@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use std::io::IsTerminal;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uraid_engine::array::{JobKind, JobProgress};
@@ -77,9 +77,53 @@ pub fn open_member(path: &Path, writable: bool, mode: IoMode) -> Result<Arc<dyn 
     Ok(Arc::new(FileMember::open_with(path, writable, mode)?))
 }
 
-/// Opens devices (files or block devices).
+/// Opens devices (files or block devices), each once: the same device given twice, by any
+/// spelling, is refused before anything is opened. Opened writable, each is held
+/// exclusively (see `uraid_engine::ownership`); opened read-only, a device another process
+/// holds gets a warning that the array is live.
 pub fn open_members(paths: &[impl AsRef<Path>], writable: bool, mode: IoMode) -> Result<Vec<Arc<dyn Member>>> {
-    paths.iter().map(|p| open_member(p.as_ref(), writable, mode)).collect()
+    refuse_duplicate_devices(paths)?;
+    let members: Vec<Arc<dyn Member>> = paths.iter().map(|p| open_member(p.as_ref(), writable, mode)).collect::<Result<_>>()?;
+    if !writable {
+        for p in paths {
+            if let Some(h) = std::fs::metadata(p.as_ref()).ok().and_then(|m| uraid_engine::ownership::holder(&m)) {
+                eprintln!("uraid: warning: {} is in use by {h}: the array is live, what is read may be changing", p.as_ref().display());
+            }
+        }
+    }
+    Ok(members)
+}
+
+/// What a device argument names: its identity when it exists, else its absolute path with
+/// the parent's symlinks resolved (a file `create` is about to make).
+#[derive(PartialEq, Eq)]
+enum DeviceKey {
+    Existing(uraid_engine::DeviceIdentity),
+    New(PathBuf),
+}
+
+fn device_key(p: &Path) -> DeviceKey {
+    if let Some(id) = uraid_engine::DeviceIdentity::of_path(p) {
+        return DeviceKey::Existing(id);
+    }
+    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let resolved = match (abs.parent(), abs.file_name()) {
+        (Some(dir), Some(name)) => std::fs::canonicalize(dir).map(|d| d.join(name)).unwrap_or(abs.clone()),
+        _ => abs,
+    };
+    DeviceKey::New(resolved)
+}
+
+/// Refuses the same device given twice (the same path, `./x`, an absolute path, `../`, a
+/// symlink, a hard link, two nodes of one block device) before anything is written.
+pub fn refuse_duplicate_devices(paths: &[impl AsRef<Path>]) -> Result<()> {
+    let keys: Vec<DeviceKey> = paths.iter().map(|p| device_key(p.as_ref())).collect();
+    for (i, k) in keys.iter().enumerate() {
+        if let Some(j) = keys[..i].iter().position(|o| o == k) {
+            anyhow::bail!("{} and {} are the same device; give each device once", paths[j].as_ref().display(), paths[i].as_ref().display());
+        }
+    }
+    Ok(())
 }
 
 /// Shows progress of a long operation on a terminal, /proc/mdstat style; silent otherwise.

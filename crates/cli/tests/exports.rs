@@ -8,7 +8,7 @@
 //! killed, temporary directory removed. Each test has its own `URAID_RUN_DIR`.
 //!
 //! Run: `cargo test --release -p uraid --test exports -- --test-threads=1` (needs root for
-//! losetup/mount; tests print "SKIPPED: reason" and pass where a tool is missing).
+//! losetup/mount; tests are recorded as skipped (SKIPPED lines, and scripts/test's summary) where a tool is missing).
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -65,7 +65,7 @@ fn fuse_stack_unavailable() -> Option<String> {
 macro_rules! skip_if {
     ($why:expr) => {
         if let Some(why) = $why {
-            println!("SKIPPED: {why}");
+            uraid_testkit::skip("exports: an end-to-end FUSE/loop/ext4 test", &why);
             return;
         }
     };
@@ -75,51 +75,7 @@ macro_rules! skip_if {
 // Running commands
 // ---------------------------------------------------------------------------------------
 
-fn describe(cmd: &str, args: &[&str], out: &Output) -> String {
-    format!(
-        "`{cmd} {}` exited {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-        args.join(" "),
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// Runs a command with a time limit (killed after it), capturing its output.
-fn run_limited(cmd: &str, args: &[&str], envs: &[(&str, &Path)], limit: Duration) -> Output {
-    let mut c = Command::new(cmd);
-    c.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    for (k, v) in envs {
-        c.env(k, v);
-    }
-    let mut child = c.spawn().unwrap_or_else(|e| panic!("spawning {cmd}: {e}"));
-    // Drain the pipes on threads so a chatty command cannot block on a full pipe.
-    let mut so = child.stdout.take().expect("stdout");
-    let mut se = child.stderr.take().expect("stderr");
-    let t_out = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = std::io::Read::read_to_end(&mut so, &mut v);
-        v
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = std::io::Read::read_to_end(&mut se, &mut v);
-        v
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("try_wait") {
-            break s;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("`{cmd} {}` did not finish within {limit:?}", args.join(" "));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    Output { status, stdout: t_out.join().unwrap_or_default(), stderr: t_err.join().unwrap_or_default() }
-}
+use uraid_testkit::process::{describe, run_limited};
 
 /// Runs a system tool; panics with its output unless it succeeds. Returns stdout.
 fn sh(cmd: &str, args: &[&str]) -> String {

@@ -8,6 +8,7 @@ pub mod array;
 pub mod create;
 pub mod locks;
 pub mod member;
+pub mod ownership;
 mod parallel;
 pub mod scan;
 pub mod stripe_cache;
@@ -16,4 +17,5 @@ mod uring;
 
 pub use array::{Array, ArrayOptions, AssemblyReport, DeviceInfo, DeviceState, EngineError};
 pub use member::{FileMember, IoMode, MemMember, Member};
+pub use ownership::DeviceIdentity;
 pub use uring::unavailable as io_uring_unavailable;

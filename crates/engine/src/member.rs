@@ -57,6 +57,11 @@ pub trait Member: Send + Sync {
     fn direct_io(&self) -> Option<DirectIo<'_>> {
         None
     }
+    /// The device's identity when it is one the kernel names (files, block devices), so
+    /// members are matched by what they are, not by how a path spells them.
+    fn identity(&self) -> Option<crate::ownership::DeviceIdentity> {
+        None
+    }
 }
 
 /// A member's `O_DIRECT` descriptor and what requests on it must respect (see
@@ -256,7 +261,10 @@ impl DirectFd {
 pub struct FileMember {
     path: PathBuf,
     label: String,
-    /// Buffered descriptor: unaligned requests, flush, discard.
+    /// What the kernel calls this device, whatever path named it.
+    identity: crate::ownership::DeviceIdentity,
+    /// Buffered descriptor: unaligned requests, flush, discard. Holds the exclusive lock
+    /// when writable.
     file: File,
     /// `O_DIRECT` descriptor when direct I/O is in use.
     direct: Option<DirectFd>,
@@ -274,10 +282,32 @@ impl FileMember {
 
     /// Opens with the given I/O mode. `Direct` on a device or file system that refuses
     /// `O_DIRECT` is an error naming the path; `Auto` then falls back to buffered.
+    ///
+    /// Opened for writing, the device is held exclusively for as long as this member lives
+    /// (see [`crate::ownership`]): `O_EXCL` on block devices, a `flock` on every device, so a
+    /// second writer gets an error naming the holder. FIFOs, sockets, character devices and
+    /// directories are refused before they are opened (opening a FIFO would block).
     pub fn open_with(path: &Path, writable: bool, mode: IoMode) -> io::Result<FileMember> {
         let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
-        let file = OpenOptions::new().read(true).write(writable).open(path).map_err(named)?;
+        let kind = crate::ownership::check_kind(path)?;
+        let mut options = OpenOptions::new();
+        options.read(true).write(writable);
+        if writable && kind.file_type().is_block_device() {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.custom_flags(rustix::fs::OFlags::EXCL.bits() as i32);
+        }
+        let file = options.open(path).map_err(|e| match e.raw_os_error() {
+            Some(code) if code == rustix::io::Errno::BUSY.raw_os_error() => io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                format!("{}: in use (mounted, or held exclusively by md, another uraid or another program)", path.display()),
+            ),
+            _ => named(e),
+        })?;
+        if writable {
+            crate::ownership::claim(&file, path)?;
+        }
         let meta = file.metadata()?;
+        let identity = crate::ownership::DeviceIdentity::of_metadata(&meta);
         let is_block = meta.file_type().is_block_device();
         let size = if is_block {
             // Block devices report size 0 in metadata; seeking to the end tells the truth.
@@ -301,6 +331,7 @@ impl FileMember {
         Ok(FileMember {
             label: path.display().to_string(),
             path: path.to_path_buf(),
+            identity,
             file,
             direct,
             size,
@@ -610,6 +641,9 @@ fn pwritev_all(file: &File, bufs: &[&[u8]], offset: u64, label: &str) -> io::Res
 impl Member for FileMember {
     fn label(&self) -> &str {
         &self.label
+    }
+    fn identity(&self) -> Option<crate::ownership::DeviceIdentity> {
+        Some(self.identity)
     }
     fn size_bytes(&self) -> u64 {
         self.size

@@ -247,7 +247,9 @@ fn raid5_over_direct_members_reads_back_healthy_degraded_and_reassembled() {
     let total: IoStats = members.iter().map(|m| m.io_stats()).sum();
     eprintln!("member I/O paths: {total:?}");
     assert!(total.direct + total.bounced > 0 && total.einval_fallbacks == 0, "{total:?}");
-    drop(members);
+    // Every descriptor goes before the members are opened again: a writable open holds its
+    // device exclusively (ownership.rs).
+    drop((members, dyns));
 
     // Reassemble from the survivors, direct again: the failed member is marked faulty.
     let mut survivors = paths.clone();

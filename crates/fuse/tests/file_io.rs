@@ -28,7 +28,7 @@ fn errno(e: &std::io::Error) -> i32 {
 #[test]
 fn random_io_matches_model_and_survives_reassembly() {
     if let Some(why) = fuse_unavailable() {
-        println!("SKIPPED: {why}");
+        uraid_testkit::skip("fuse file_io", &why);
         return;
     }
     // RAID5 over 4 x 8 MiB (writable) and a read-only RAID1, to see two files and both modes.
@@ -199,7 +199,7 @@ fn random_io_matches_model_and_survives_reassembly() {
 #[test]
 fn stop_flag_and_drop_unmount() {
     if let Some(why) = fuse_unavailable() {
-        println!("SKIPPED: {why}");
+        uraid_testkit::skip("fuse file_io", &why);
         return;
     }
     let members = mem_members(2, 2 << 20, "s-");

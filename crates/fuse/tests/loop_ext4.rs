@@ -71,21 +71,21 @@ fn unmount_fuse(m: &mut FuseMount) -> UnmountOutcome {
 #[test]
 fn ext4_on_loop_on_fuse_on_raid5() {
     if let Some(why) = fuse_unavailable() {
-        println!("SKIPPED: {why}");
+        uraid_testkit::skip("fuse loop_ext4", &why);
         return;
     }
     if !is_root() {
-        println!("SKIPPED: losetup and mount need root");
+        uraid_testkit::skip("fuse loop_ext4", "losetup and mount need root");
         return;
     }
     for tool in ["losetup", "mkfs.ext4", "e2fsck", "mount", "umount"] {
         if !have(tool) {
-            println!("SKIPPED: {tool} is missing (util-linux, e2fsprogs, mount)");
+            uraid_testkit::skip("fuse loop_ext4", &format!("{tool} is missing (util-linux, e2fsprogs, mount)"));
             return;
         }
     }
     if !Path::new("/dev/loop-control").exists() {
-        println!("SKIPPED: /dev/loop-control is missing (no loop devices here)");
+        uraid_testkit::skip("fuse loop_ext4", "/dev/loop-control is missing (no loop devices here)");
         return;
     }
     let t0 = Instant::now();

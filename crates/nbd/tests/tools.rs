@@ -12,7 +12,7 @@ fn have(tool: &str) -> bool {
     match Command::new(tool).arg("--version").output() {
         Ok(o) if o.status.success() => true,
         _ => {
-            println!("SKIP: `{tool}` not found (install libnbd-bin / qemu-utils, see scripts/setup)");
+            uraid_testkit::skip("nbd tools", &format!("`{tool}` not found (install libnbd-bin / qemu-utils, see scripts/setup)"));
             false
         }
     }

@@ -106,3 +106,66 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// Running commands from tests: with a hang guard, output captured.
+pub mod process {
+    use std::path::Path;
+    use std::process::{Command, Output, Stdio};
+    use std::time::{Duration, Instant};
+
+    /// A command, its exit and both outputs, for a failure message.
+    pub fn describe(cmd: &str, args: &[&str], out: &Output) -> String {
+        format!(
+            "`{cmd} {}` exited {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    }
+
+    /// Runs a command with stdin empty and a hang guard (killed after `limit`, then a panic
+    /// that says it hung), capturing its output.
+    pub fn run_limited(cmd: &str, args: &[&str], envs: &[(&str, &Path)], limit: Duration) -> Output {
+        run_limited_in(cmd, args, envs, None, limit)
+    }
+
+    /// [`run_limited`] in directory `dir` (when given).
+    pub fn run_limited_in(cmd: &str, args: &[&str], envs: &[(&str, &Path)], dir: Option<&Path>, limit: Duration) -> Output {
+        let mut c = Command::new(cmd);
+        c.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        if let Some(d) = dir {
+            c.current_dir(d);
+        }
+        for (k, v) in envs {
+            c.env(k, v);
+        }
+        let mut child = c.spawn().unwrap_or_else(|e| panic!("spawning {cmd}: {e}"));
+        // Drain the pipes on threads so a chatty command cannot block on a full pipe.
+        let mut so = child.stdout.take().expect("stdout");
+        let mut se = child.stderr.take().expect("stderr");
+        let t_out = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut so, &mut v);
+            v
+        });
+        let t_err = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut se, &mut v);
+            v
+        });
+        let start = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().expect("try_wait") {
+                break s;
+            }
+            if start.elapsed() > limit {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("`{cmd} {}` hung: not finished after {limit:?}", args.join(" "));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        Output { status, stdout: t_out.join().unwrap_or_default(), stderr: t_err.join().unwrap_or_default() }
+    }
+}

@@ -125,6 +125,8 @@ pub fn run(a: CreateArgs) -> Result<ExitCode> {
     let file_size = a.size.as_deref().map(parse_size).transpose()?;
     let component = a.component_size.as_deref().map(parse_size).transpose()?;
 
+    // Before anything is created or written: each device once, by any spelling.
+    crate::util::refuse_duplicate_devices(&a.devices.iter().filter(|d| *d != "missing").collect::<Vec<_>>())?;
     // Create missing device files; remember them so a refused create removes them again
     // (bad input changes nothing).
     let mut created: Vec<PathBuf> = Vec::new();

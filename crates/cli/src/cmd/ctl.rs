@@ -194,7 +194,7 @@ pub fn detail(a: NameArgs) -> Result<ExitCode> {
 }
 
 pub fn fail(a: DeviceArgs) -> Result<ExitCode> {
-    let st = call(&a.name, Request::Fail { device: a.device.clone() })?;
+    let st = call(&a.name, Request::Fail { device: absolute(&a.device) })?;
     if !a.json {
         eprintln!("uraid: set {} faulty in {}", a.device, a.name);
     }
@@ -203,11 +203,14 @@ pub fn fail(a: DeviceArgs) -> Result<ExitCode> {
 }
 
 pub fn remove(a: DeviceArgs) -> Result<ExitCode> {
-    let st = call(&a.name, Request::Remove { device: a.device.clone() })?;
+    let st = call(&a.name, Request::Remove { device: absolute(&a.device) })?;
     print_status(&st, a.json)?;
     Ok(ExitCode::SUCCESS)
 }
 
+/// The path as the server should see it: absolute (symlinks resolved) when it exists here,
+/// so the server matches it by identity whatever its own directory; as typed otherwise (a
+/// member's label, e.g. a file that is gone).
 fn absolute(p: &str) -> String {
     std::fs::canonicalize(p).map(|p| p.display().to_string()).unwrap_or_else(|_| p.to_string())
 }
@@ -219,7 +222,7 @@ pub fn add(a: DeviceArgs) -> Result<ExitCode> {
 }
 
 pub fn replace(a: ReplaceArgs) -> Result<ExitCode> {
-    call(&a.name, Request::Replace { device: a.device.clone(), with: absolute(&a.with) })?;
+    call(&a.name, Request::Replace { device: absolute(&a.device), with: absolute(&a.with) })?;
     let st = if a.no_wait { call(&a.name, Request::Status)? } else { follow(&a.name, a.json, |st| st.job.is_none())? };
     print_status(&st, a.json)?;
     Ok(ExitCode::SUCCESS)
@@ -270,18 +273,30 @@ fn follow(name: &str, json: bool, done: impl Fn(&ArrayStatus) -> bool) -> Result
     }
 }
 
+/// Whether process `pid` has exited (gone, or a zombie: its descriptors, and so its hold
+/// on the members, are released either way).
+fn exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')),
+    }
+}
+
+/// Returns once the serving process has marked the array clean and exited, so the members
+/// are free (another command may open them for writing at once).
 pub fn stop(a: NameArgs) -> Result<ExitCode> {
     let (sock, _) = control::find(&a.name)?;
-    control::call(&sock, &Request::Stop)?;
-    // Wait for the process to close the array and remove its socket.
-    for _ in 0..600 {
-        if !sock.exists() {
-            if !a.json {
-                eprintln!("uraid: stopped {}", a.name);
-            }
-            return Ok(ExitCode::SUCCESS);
+    let st = call(&a.name, Request::Stop)?;
+    // A hang guard: the process flushes and marks clean before it exits.
+    let start = std::time::Instant::now();
+    while sock.exists() || !exited(st.pid) {
+        if start.elapsed() > Duration::from_secs(300) {
+            bail!("{} (process {}) has not exited 300 s after being asked to stop", a.name, st.pid);
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(20));
     }
-    bail!("{} did not stop within 30 s", a.name)
+    if !a.json {
+        eprintln!("uraid: stopped {}", a.name);
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -8,6 +8,12 @@ use uraid_core::metadata::add::spare_superblock;
 use uraid_core::metadata::{MetadataVersion, Superblock};
 
 impl Array {
+    /// The label of the device attached to the array (any state) that is `id`, so control
+    /// commands match members by what they are, not by how a path spells them.
+    pub fn label_of_identity(&self, id: crate::ownership::DeviceIdentity) -> Option<String> {
+        self.lock_meta().devices.iter().find(|d| d.member.identity() == Some(id)).map(|d| d.member.label().to_string())
+    }
+
     /// Writes a spare superblock (and the array's bitmap, if any) onto `member` and adds it.
     /// If a role is missing, it becomes that role's recovery target at once.
     pub fn add_device(&self, member: Arc<dyn Member>, device_uuid: [u8; 16]) -> Result<(), EngineError> {
@@ -16,7 +22,11 @@ impl Array {
         }
         crate::create::check_device_is_free(member.as_ref()).map_err(|e| EngineError::Invalid(e.to_string()))?;
         let mut meta = self.lock_meta();
-        if meta.devices.iter().any(|d| Arc::ptr_eq(&d.member, &member) || d.member.label() == member.label()) {
+        let same = |d: &super::Device| match (d.member.identity(), member.identity()) {
+            (Some(a), Some(b)) => a == b,
+            _ => d.member.label() == member.label(),
+        };
+        if meta.devices.iter().any(|d| Arc::ptr_eq(&d.member, &member) || same(d)) {
             return Err(EngineError::Invalid(format!("{} is already part of the array", member.label())));
         }
         let template_idx = meta
