@@ -340,6 +340,11 @@ impl Served {
                     }
                 };
                 pos = p.done_sectors;
+                // md's safe mode runs during a rebuild too: user writes that stopped leave
+                // the array active only for the idle delay, not until the rebuild ends.
+                if self.array.dirty_and_idle(Duration::from_millis(200)) {
+                    let _ = self.array.mark_clean();
+                }
                 self.log_new_failures(&mut reported);
                 self.set_running(Some((kind, pos, total, start, pos0)));
                 if p.finished() || (matches!(kind, JobKind::Resync | JobKind::Recovery) && self.array.pending_job() != Some(kind)) {

@@ -208,3 +208,24 @@ fn clean_waits_for_pending_writes_and_writes_wait_for_clean() {
 fn a_data_write_in_a_clean_array_is_stopped() {
     WriteState::new(false, None).assert_may_write_data();
 }
+
+/// Job steps (recovery) do not mark the array active, but a clean mark waits for a step in
+/// progress and a step waits for a clean mark being written.
+#[test]
+fn job_steps_and_the_clean_mark_exclude_each_other_without_marking_active() {
+    let mut st = WriteState::new(false, None);
+    assert!(st.begin_job(), "a job step starts on a clean array");
+    assert_eq!(st.mode(), Mode::Clean, "and does not mark it active");
+    st.end_job();
+    assert_eq!(st.begin_write(), BeginWrite::MarkActive);
+    st.active_durable();
+    assert_eq!(st.begin_write(), BeginWrite::Go);
+    st.end_write();
+    assert!(st.begin_job());
+    assert_eq!(st.begin_clean(), CleanStep::Wait, "a job step is in progress");
+    st.end_job();
+    assert_eq!(st.begin_clean(), CleanStep::MarkClean);
+    assert!(!st.begin_job(), "the clean mark is being written");
+    st.clean_durable(true);
+    assert!(st.begin_job());
+}

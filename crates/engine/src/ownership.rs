@@ -159,7 +159,14 @@ mod tests {
         assert_eq!(err.kind(), io::ErrorKind::ResourceBusy);
         assert!(err.to_string().contains(&format!("process {}", std::process::id())), "{err}");
         drop(first);
-        claim(&second, &p).expect("the lock goes with the descriptor");
+        // The lock goes with the descriptor. Another test thread forking a child (mkfifo)
+        // while `first` was open shares its open file until the child execs, so wait for
+        // that to pass; a lock that never went would hang here and fail.
+        let start = std::time::Instant::now();
+        while let Err(e) = claim(&second, &p) {
+            assert!(start.elapsed() < std::time::Duration::from_secs(60), "the lock outlived its descriptor: {e}");
+            std::thread::yield_now();
+        }
     }
 
     #[test]

@@ -503,3 +503,41 @@ fn hot_replace_refuses_what_md_refuses() {
     let err = a0.replace_device("m1", new(), [9; 16]).unwrap_err().to_string();
     assert!(err.contains("no redundancy"), "{err}");
 }
+
+/// md marks an array dirty only for user writes: a rebuild with no user write leaves the
+/// superblocks clean (progress is in the spare's recovery_offset), so a crash during an idle
+/// rebuild restarts without --force, and the rebuild resumes where it was.
+#[test]
+fn an_idle_rebuild_leaves_the_array_clean_and_a_crash_during_it_needs_no_force() {
+    use uraid_core::metadata::Superblock1;
+    use uraid_engine::Member;
+    let made = make(&Shape::new(Level::Raid5, 4).spares(1));
+    let a = open(&made.members, false);
+    let mut model = vec![0u8; a.size_bytes() as usize];
+    let mut rng = Rng::new(0xD8);
+    random_writes(&a, &mut model, &mut rng, 20);
+    a.close().unwrap();
+    drop(a);
+    let mut all = made.members.clone();
+    all.extend(made.spares.iter().cloned());
+    let a = open(&all, false);
+    a.fail_role(1).unwrap();
+    assert_eq!(a.pending_job(), Some(JobKind::Recovery), "the spare takes the role");
+    a.recovery_step(256).unwrap();
+    let resync_offset = |m: &uraid_engine::MemMember| {
+        let mut sb = vec![0u8; 4096];
+        m.read_at(&mut sb, 4096).unwrap();
+        Superblock1::decode(&sb).unwrap().resync_offset_sectors
+    };
+    assert_eq!(resync_offset(&made.members[0]), u64::MAX, "an idle rebuild marked the array dirty");
+    std::mem::forget(a); // crash mid-rebuild
+                         // Without --force (open() never forces), and not --run: clean, so it assembles.
+    let survivors: Vec<_> = all.iter().enumerate().filter(|(i, _)| *i != 1).map(|(_, m)| m.clone()).collect();
+    let b = open(&survivors, true);
+    assert_eq!(b.pending_job(), Some(JobKind::Recovery), "the rebuild resumes");
+    while b.pending_job() == Some(JobKind::Recovery) {
+        b.recovery_step(1 << 20).unwrap();
+    }
+    assert!(read_all(&b) == model);
+    assert_eq!(check_clean(&b).mismatch_sectors, 0);
+}

@@ -80,6 +80,11 @@ struct BitmapBits {
 pub struct WriteState {
     mode: Mode,
     writes_pending: u64,
+    /// Resync, recovery and repair steps in progress. They write member data but do not
+    /// mark the array active (md marks it dirty only for user writes): their progress is
+    /// checkpointed in the superblocks instead. They only keep a clean mark from recording
+    /// a checkpoint while a step's writes are unflushed.
+    jobs_pending: u64,
     bitmap: Option<BitmapBits>,
 }
 
@@ -90,6 +95,7 @@ impl WriteState {
         WriteState {
             mode: if active { Mode::Active } else { Mode::Clean },
             writes_pending: 0,
+            jobs_pending: 0,
             bitmap: bits.map(|b| BitmapBits { wanted: b.clone(), durable: b, in_flight: None, next_seq: 1 }),
         }
     }
@@ -155,10 +161,29 @@ impl WriteState {
         assert!(self.writes_pending > 0, "data write outside begin_write/end_write");
     }
 
+    /// Starts a job step (resync, recovery, repair): `false` means wait (a clean mark is
+    /// being written), then try again.
+    pub fn begin_job(&mut self) -> bool {
+        if self.mode == Mode::Cleaning {
+            return false;
+        }
+        self.jobs_pending += 1;
+        true
+    }
+
+    pub fn end_job(&mut self) {
+        assert!(self.jobs_pending > 0, "a job step ended that never began");
+        self.jobs_pending -= 1;
+    }
+
+    pub fn jobs_pending(&self) -> u64 {
+        self.jobs_pending
+    }
+
     pub fn begin_clean(&mut self) -> CleanStep {
         match self.mode {
             Mode::Clean => CleanStep::AlreadyClean,
-            Mode::Active if self.writes_pending == 0 => {
+            Mode::Active if self.writes_pending == 0 && self.jobs_pending == 0 => {
                 if let Some(b) = &self.bitmap {
                     assert!(b.in_flight.is_none(), "a bitmap write in flight with no write pending");
                 }
@@ -175,6 +200,7 @@ impl WriteState {
     pub fn clean_durable(&mut self, bits_cleared: bool) {
         assert_eq!(self.mode, Mode::Cleaning, "clean mark finished without being started");
         assert_eq!(self.writes_pending, 0, "clean with writes pending");
+        assert_eq!(self.jobs_pending, 0, "clean with a job step pending");
         self.mode = Mode::Clean;
         if let Some(b) = self.bitmap.as_mut().filter(|_| bits_cleared) {
             b.wanted.clear_all();

@@ -135,8 +135,9 @@ impl Array {
         if !self.writable {
             return Err(EngineError::ReadOnly);
         }
-        // Resync writes member data: it counts as a write, so no clean mark can record a
-        // position whose regions are not yet flushed.
+        // Resync writes parity/mirrors of a not-in-sync array: marked active, as before (its
+        // superblocks are not clean anyway), so no clean mark can record a position whose
+        // regions are not yet flushed.
         let _write = if pos < total { Some(self.begin_write()?) } else { None };
         let end = pos.saturating_add(max_sectors.max(unit)).min(total);
         while pos < end {
@@ -167,7 +168,8 @@ impl Array {
     pub fn check_step(&self, from: u64, max_sectors: u64, repair: bool, report: &mut CheckReport) -> Result<JobProgress, EngineError> {
         let total = self.sync_sectors();
         let unit = self.step_unit();
-        // A check only reads; a repair writes and so counts as a write.
+        // A check only reads; a repair rewrites parity or copies and is marked active (a
+        // crash mid-repair then resyncs rather than leaving a torn stripe marked clean).
         let _write = if repair { Some(self.begin_write()?) } else { None };
         let end = from.saturating_add(max_sectors.max(unit)).min(total);
         let mut pos = from;
@@ -182,7 +184,9 @@ impl Array {
     /// Rebuilds up to `max_sectors` of the recovering member (a missing role first, else a
     /// hot replacement's copy).
     pub fn recovery_step(&self, max_sectors: u64) -> Result<JobProgress, EngineError> {
-        let _write = self.begin_write()?;
+        // Progress is checkpointed in the recovering member's recovery_offset; the array is
+        // not marked active for it, so a crash during an idle rebuild needs no --force.
+        let _job = self.begin_job()?;
         let total = self.sync_sectors();
         let unit = self.recovery_unit();
         let (device, role, mut done, replacing) = {
@@ -212,6 +216,13 @@ impl Array {
             at += n;
         }
         self.recover_regions(role, device, &regions)?;
+        // The rebuilt regions are durable before the checkpoint that records them: the
+        // superblock write below could otherwise reach the disk ahead of the data.
+        let target = self.lock_meta().devices[device].member.clone();
+        if let Err(e) = target.flush() {
+            self.fail_device(device, &format!("flush after recovery: {e}"));
+            return Err(EngineError::Failed(format!("recovery target for role {role} failed: {e}")));
+        }
         {
             let mut meta = self.lock_meta();
             if meta.devices[device].state != state_at(done) {

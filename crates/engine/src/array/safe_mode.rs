@@ -26,7 +26,32 @@ impl Drop for WriteGuard<'_> {
     }
 }
 
+/// A job step (resync, recovery, repair) in progress: no clean mark runs meanwhile, but the
+/// array is not marked active for it (md marks an array dirty only for user writes).
+pub(crate) struct JobGuard<'a> {
+    array: &'a Array,
+}
+
+impl Drop for JobGuard<'_> {
+    fn drop(&mut self) {
+        self.array.lock_write_state().end_job();
+        self.array.write_state_changed.notify_all();
+    }
+}
+
 impl Array {
+    /// Starts a job step; waits while a clean mark is being written.
+    pub(crate) fn begin_job(&self) -> Result<JobGuard<'_>, EngineError> {
+        if !self.writable {
+            return Err(EngineError::ReadOnly);
+        }
+        let mut st = self.lock_write_state();
+        while !st.begin_job() {
+            st = self.wait_write_state(st);
+        }
+        Ok(JobGuard { array: self })
+    }
+
     pub(super) fn lock_write_state(&self) -> MutexGuard<'_, WriteState> {
         self.write_state.lock().unwrap_or_else(|e| e.into_inner())
     }
