@@ -12,11 +12,29 @@ use std::time::Duration;
 #[serde(tag = "cmd", rename_all = "snake_case")]
 pub enum Request {
     Status,
-    Fail { device: String },
-    Remove { device: String },
-    Add { device: String },
-    Replace { device: String, with: String },
-    Check { repair: bool },
+    Fail {
+        device: String,
+    },
+    Remove {
+        device: String,
+    },
+    /// `force`: overwrite what the device holds; `re_add`: take back a former member.
+    Add {
+        device: String,
+        #[serde(default)]
+        force: bool,
+        #[serde(default)]
+        re_add: bool,
+    },
+    Replace {
+        device: String,
+        with: String,
+        #[serde(default)]
+        force: bool,
+    },
+    Check {
+        repair: bool,
+    },
     Stop,
 }
 

@@ -40,7 +40,7 @@ enum Command {
     /// Remove a faulty or spare device (like `mdadm --remove`).
     Remove(cmd::ctl::DeviceArgs),
     /// Add a device as a spare; it is rebuilt at once if a member is missing.
-    Add(cmd::ctl::DeviceArgs),
+    Add(cmd::ctl::AddArgs),
     /// Replace an in-sync member by a new device while it keeps serving (md's hot replace).
     Replace(cmd::ctl::ReplaceArgs),
     /// Scrub: count mismatches (RAID6: name the member at fault).

@@ -252,19 +252,52 @@ impl Served {
                 Request::Status => {}
                 Request::Fail { device } => a.fail_device_by_label(&self.member_label(&device)?)?,
                 Request::Remove { device } => a.remove_device(&self.member_label(&device)?)?,
-                Request::Add { device } => {
+                Request::Add { device, force, re_add } => {
                     self.refuse_if_member(&device)?;
                     let m: Arc<dyn Member> = Arc::new(FileMember::open_with(std::path::Path::new(&device), true, self.args.io.mode())?);
-                    a.add_device(m, random_uuid())?;
+                    let former = uraid_engine::scan::probe(m.as_ref()).any().is_some_and(|(_, sb)| sb.array_uuid() == a.uuid());
+                    match (re_add, force, former) {
+                        (true, _, false) => bail!(
+                            "{device} holds no superblock of {}: --re-add takes back a former member; use add (with --force to overwrite what it holds)",
+                            self.name()
+                        ),
+                        // md's --re-add; uraid rebuilds the member in full (no bitmap-based
+                        // partial resync yet: bits are cleared at clean marks even while degraded).
+                        (true, _, true) | (false, true, _) => a.add_device_overwriting(m, random_uuid())?,
+                        (false, false, true) => bail!(
+                            "{device} is a former member of {}; use add --re-add to take it back (it is rebuilt), or --force",
+                            self.name()
+                        ),
+                        (false, false, false) => a.add_device(m, random_uuid())?,
+                    }
                 }
-                Request::Replace { device, with } => {
+                Request::Replace { device, with, force } => {
                     let old = self.member_label(&device)?;
-                    self.refuse_if_member(&with)?;
                     // md's hot replace: the old member keeps serving while it is copied.
-                    let m: Arc<dyn Member> = Arc::new(FileMember::open_with(std::path::Path::new(&with), true, self.args.io.mode())?);
-                    a.replace_device(&old, m, random_uuid())?;
+                    match uraid_engine::DeviceIdentity::of_path(std::path::Path::new(&with)).and_then(|id| a.label_of_identity(id)) {
+                        // A spare already in the array.
+                        Some(spare) => a.replace_with_spare(&old, &spare)?,
+                        None => {
+                            let m: Arc<dyn Member> =
+                                Arc::new(FileMember::open_with(std::path::Path::new(&with), true, self.args.io.mode())?);
+                            if force {
+                                a.replace_device_overwriting(&old, m, random_uuid())?;
+                            } else {
+                                a.replace_device(&old, m, random_uuid())?;
+                            }
+                        }
+                    }
                 }
                 Request::Check { repair } => {
+                    if !a.level().has_redundancy() {
+                        // md: "check" has nothing to compare on raid0 and linear.
+                        bail!(
+                            "{} is {}: it has no redundancy, so there is nothing to {}",
+                            self.name(),
+                            a.level(),
+                            if repair { "repair" } else { "check" }
+                        );
+                    }
                     let mut job = self.job.lock().unwrap_or_else(|e| e.into_inner());
                     if job.running.is_some() || job.requested_check.is_some() {
                         bail!("a {} is already running", job.running.map_or("check", |r| r.0.name()));

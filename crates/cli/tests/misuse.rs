@@ -199,3 +199,104 @@ fn a_fifo_is_refused_without_hanging() {
     env.refused(&["create", "-l", "1", "-n", "2", "--force", "--size", "8M", "--name", "x", "pipe", "other.img"], &["pipe", "FIFO"]);
     assert!(!env.path("other.img").exists(), "a refused create left a file behind");
 }
+
+fn detail(env: &Env, name: &str) -> serde_json::Value {
+    serde_json::from_slice(&env.ok(&["detail", name, "--json"]).stdout).unwrap()
+}
+
+/// Waits until the array has every role, no job, and `cond` holds.
+fn wait_whole(env: &Env, name: &str, what: &str, cond: impl Fn(&serde_json::Value) -> bool) {
+    let start = Instant::now();
+    loop {
+        let v = detail(env, name);
+        if v["missing_roles"] == serde_json::json!([]) && v["job"].is_null() && cond(&v) {
+            return;
+        }
+        assert!(start.elapsed() < HANG, "{name} hung waiting for {what}: {v}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn device_state<'a>(v: &'a serde_json::Value, file: &str) -> Option<&'a serde_json::Value> {
+    v["devices"].as_array().unwrap().iter().find(|d| d["device"].as_str().is_some_and(|p| p.ends_with(file)))
+}
+
+/// D4: a removed member comes back with --re-add (not with a bare add, which explains what
+/// to use); a device from another array needs --force and then works; a spare can be the
+/// target of replace --with; a live member is refused with or without --force.
+#[test]
+fn re_add_force_and_spares_as_replace_targets_work_as_in_mdadm() {
+    let env = Env::new();
+    created(&env);
+    // Another array's member, for --force.
+    env.ok(&["create", "-l", "1", "-n", "2", "--size", "16M", "--name", "other", "o0.img", "o1.img"]);
+    let _server = env.serve("data", &MEMBERS);
+    env.wait_quiet("data");
+    env.ok(&["fail", "data", "m1.img"]);
+    env.ok(&["remove", "data", "m1.img"]);
+    env.refused(&["add", "data", "m1.img"], &["former member", "--re-add"]);
+    env.ok(&["add", "--re-add", "data", "m1.img"]);
+    wait_whole(&env, "data", "the re-added member's rebuild", |_| true);
+    // Live members: refused however they are named, --force or not.
+    env.refused(&["add", "--force", "data", "m2.img"], &["already attached"]);
+    env.refused(&["add", "--re-add", "data", "./m0.img"], &["already attached"]);
+    // Another array's device: --force is the way, and it works.
+    env.refused(&["add", "data", "o0.img"], &["--force"]);
+    env.ok(&["add", "--force", "data", "o0.img"]);
+    let v = detail(&env, "data");
+    assert_eq!(device_state(&v, "o0.img").map(|d| d["state"].clone()), Some(serde_json::json!("spare")), "{v}");
+    // That spare is a replace target.
+    env.ok(&["replace", "data", "m0.img", "--with", "o0.img"]);
+    wait_whole(&env, "data", "the replacement", |v| device_state(v, "o0.img").is_some_and(|d| d["state"] != "spare"));
+    let v = detail(&env, "data");
+    assert!(device_state(&v, "o0.img").is_some_and(|d| d["role"] == 0), "the spare took role 0: {v}");
+}
+
+/// Item 6: refusals are one line that names what is wrong and the fix.
+#[test]
+fn mistakes_mdadm_refuses_are_refused_with_the_fix() {
+    let env = Env::new();
+    env.refused(&["create", "-l", "5", "-n", "3", "--chunk", "0", "--size", "8M", "a", "b", "c"], &["--chunk 0", "multiple of 4K"]);
+    env.refused(&["create", "-l", "5", "-n", "3", "--chunk", "96K", "--size", "8M", "a", "b", "c"], &["power of two"]);
+    for level in ["0", "1", "linear"] {
+        env.refused(&["create", "-l", level, "-n", "1", "--size", "8M", "one.img"], &["unusual number of drives", "--force"]);
+    }
+    let err = env.refused(&["create", "-l", "5", "-n", "3", "-p", "9", "--size", "8M", "a", "b", "c"], &["left-symmetric (2)"]);
+    assert!(!err.contains("..=") && err.matches("not supported").count() == 1, "{err}");
+    env.refused(&["create", "-l", "5", "-n", "3", "-c", "8T", "--size", "8M", "a", "b", "c"], &["--chunk 8T: too large"]);
+    assert!(!env.path("a").exists() && !env.path("one.img").exists(), "a refused create left a file");
+    env.ok(&["create", "-l", "1", "-n", "1", "--force", "--size", "8M", "one.img"]);
+    env.refused(&["create", "-l", "0", "-n", "2", "-x", "1", "--size", "8M", "r0", "r1", "r2"], &["spare"]);
+    // A spare cannot be added to RAID0; check/repair there say there is nothing to do.
+    env.ok(&["create", "-l", "0", "-n", "2", "--size", "8M", "--name", "z", "z0.img", "z1.img"]);
+    let _server = env.serve("z", &["z0.img", "z1.img"]);
+    std::fs::write(env.path("s.img"), vec![0u8; 8 << 20]).unwrap();
+    env.refused(&["add", "z", "s.img"], &["no redundancy"]);
+    env.refused(&["check", "z"], &["no redundancy", "nothing to check"]);
+    env.refused(&["repair", "z"], &["nothing to repair"]);
+    env.ok(&["stop", "z"]);
+    // A partial write says how much it wrote.
+    let size = 2 * (8 << 20);
+    let out = std::process::Command::new(BIN)
+        .args(["write", "--offset", "0", "z0.img", "z1.img"])
+        .current_dir(env.dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            let mut stdin = c.stdin.take().unwrap();
+            let _ = stdin.write_all(&vec![7u8; size]);
+            drop(stdin);
+            c.wait_with_output()
+        })
+        .unwrap();
+    let err = env.refused_out(out, &["write"], &["past the array end", "wrote"]);
+    let wrote: u64 = err.split("wrote ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()).expect("a byte count");
+    assert!(wrote > 0 && wrote < size as u64, "{err}");
+    // Messages carry no Rust debug values.
+    for bad in ["InSync(", "Some(", "..=", "out of range integral type conversion"] {
+        assert!(!err.contains(bad), "{err}");
+    }
+}

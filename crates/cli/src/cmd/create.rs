@@ -116,7 +116,30 @@ pub fn run(a: CreateArgs) -> Result<ExitCode> {
     }
     let metadata = parse_metadata(&a.metadata)?;
     let layout = a.layout.as_deref().map(|l| parse_layout(level, l)).transpose()?;
-    let chunk_bytes = a.chunk.as_deref().map(|c| parse_size(c).and_then(|b| u32::try_from(b).context("chunk too large"))).transpose()?;
+    let chunk_bytes = a
+        .chunk
+        .as_deref()
+        .map(|c| {
+            parse_size(c)
+                .and_then(|b| u32::try_from(b).map_err(|_| anyhow::anyhow!("--chunk {c}: too large (md chunks are at most 2 GiB)")))
+        })
+        .transpose()?;
+    if let Some(c) = chunk_bytes {
+        // md's rules: chunks are whole 4 KiB pages, and a power of two for the striped
+        // levels with parity or copies (raid5.c and raid10.c check is_power_of_2).
+        let needs_power_of_two = matches!(level, Level::Raid4 | Level::Raid5 | Level::Raid6 | Level::Raid10);
+        if c == 0 || c % 4096 != 0 || (needs_power_of_two && !c.is_power_of_two()) {
+            bail!(
+                "--chunk {}: a chunk must be a non-zero multiple of 4K{} (e.g. 64K, 512K)",
+                a.chunk.as_deref().unwrap_or_default(),
+                if needs_power_of_two { " and a power of two" } else { "" }
+            );
+        }
+    }
+    if a.raid_devices == 1 && !a.force {
+        // mdadm: "'1' is an unusual number of drives for an array, so it is probably a mistake."
+        bail!("--raid-devices 1 is an unusual number of drives for an array, so it is probably a mistake; add --force if you mean it");
+    }
     let bitmap = match a.bitmap.as_str() {
         "none" => None,
         "internal" => Some(BitmapRequest::default()),

@@ -35,14 +35,33 @@ pub struct DeviceArgs {
 }
 
 #[derive(Args)]
+pub struct AddArgs {
+    /// Array name or uuid.
+    name: String,
+    /// Device or image file to add as a spare (it rebuilds a missing role at once).
+    device: String,
+    /// Add it even if it holds another array's superblock or a filesystem (overwritten).
+    #[arg(long)]
+    force: bool,
+    /// Take back a former member of this array (failed and removed): it is rebuilt in full.
+    #[arg(long)]
+    re_add: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
 pub struct ReplaceArgs {
     /// Array name or uuid.
     name: String,
     /// Member to replace.
     device: String,
-    /// New device.
+    /// New device: a blank one, or a spare already in the array.
     #[arg(long)]
     with: String,
+    /// Use the new device even if it holds another array's superblock or a filesystem.
+    #[arg(long)]
+    force: bool,
     #[arg(long)]
     json: bool,
     /// Return at once instead of following the rebuild.
@@ -215,14 +234,14 @@ fn absolute(p: &str) -> String {
     std::fs::canonicalize(p).map(|p| p.display().to_string()).unwrap_or_else(|_| p.to_string())
 }
 
-pub fn add(a: DeviceArgs) -> Result<ExitCode> {
-    let st = call(&a.name, Request::Add { device: absolute(&a.device) })?;
+pub fn add(a: AddArgs) -> Result<ExitCode> {
+    let st = call(&a.name, Request::Add { device: absolute(&a.device), force: a.force, re_add: a.re_add })?;
     print_status(&st, a.json)?;
     Ok(ExitCode::SUCCESS)
 }
 
 pub fn replace(a: ReplaceArgs) -> Result<ExitCode> {
-    call(&a.name, Request::Replace { device: absolute(&a.device), with: absolute(&a.with) })?;
+    call(&a.name, Request::Replace { device: absolute(&a.device), with: absolute(&a.with), force: a.force })?;
     let st = if a.no_wait { call(&a.name, Request::Status)? } else { follow(&a.name, a.json, |st| st.job.is_none())? };
     print_status(&st, a.json)?;
     Ok(ExitCode::SUCCESS)

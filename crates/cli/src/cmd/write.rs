@@ -51,7 +51,18 @@ pub fn run(a: WriteArgs) -> Result<ExitCode> {
             break;
         }
         if at + n as u64 > size {
-            bail!("input runs past the array end ({size} bytes) at byte {}; nothing beyond it was written", size);
+            // Like dd onto a device: what fits is written (and flushed), then the error says
+            // how much that was.
+            let fits = (size - at) as usize;
+            array.write(at, &buf[..fits])?;
+            at += fits as u64;
+            array.flush()?;
+            bail!(
+                "input runs past the array end ({size} bytes): wrote {} bytes (array bytes {}..{}); the rest of the input was not written",
+                at - a.offset,
+                a.offset,
+                at
+            );
         }
         array.write(at, &buf[..n])?;
         at += n as u64;

@@ -206,7 +206,7 @@ impl ParityGeometry {
                 let algorithm = Algorithm::from_md(layout).filter(|a| a.valid_for_raid5()).ok_or(GeometryError::UnsupportedLayout {
                     level,
                     layout,
-                    reason: "raid5 layouts are 0..=5",
+                    reason: "raid5 layouts are left-asymmetric (0), right-asymmetric (1), left-symmetric (2), right-symmetric (3), parity-first (4) and parity-last (5)",
                 })?;
                 (algorithm, 1, 2)
             }
@@ -214,7 +214,7 @@ impl ParityGeometry {
                 let algorithm = Algorithm::from_md(layout).ok_or(GeometryError::UnsupportedLayout {
                     level,
                     layout,
-                    reason: "raid6 layouts are 0..=5, 8..=10 and 16..=20",
+                    reason: "raid6 layouts are 0 to 5 (the raid5 ones), 8 to 10 (ddf) and 16 to 20 (the raid5 ones with Q last, *-6)",
                 })?;
                 (algorithm, 2, 4)
             }

@@ -199,7 +199,8 @@ pub enum CreateError {
     ChunkNotAllowed { level: Level },
     #[error("chunk of {chunk_bytes} bytes is not valid: it must be a power of two of at least 4 KiB (e.g. 64K, 512K)")]
     BadChunk { chunk_bytes: u32 },
-    #[error("layout {layout:#x} is not valid for {level}: {source}")]
+    // The reason is the source, which error reports print after this (no repeat here).
+    #[error("layout {layout:#x} is not valid for {level}")]
     BadLayout { level: Level, layout: u32, source: GeometryError },
     #[error("{level} has no layout; leave it unset")]
     LayoutNotAllowed { level: Level },

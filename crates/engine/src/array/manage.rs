@@ -16,11 +16,22 @@ impl Array {
 
     /// Writes a spare superblock (and the array's bitmap, if any) onto `member` and adds it.
     /// If a role is missing, it becomes that role's recovery target at once.
+    /// Refused when the device holds another md superblock or a filesystem signature (see
+    /// [`Array::add_device_overwriting`]).
     pub fn add_device(&self, member: Arc<dyn Member>, device_uuid: [u8; 16]) -> Result<(), EngineError> {
+        crate::create::check_device_is_free(member.as_ref()).map_err(|e| EngineError::Invalid(e.to_string()))?;
+        self.add_device_overwriting(member, device_uuid)
+    }
+
+    /// [`Array::add_device`] over whatever the device holds (mdadm's `--force`, or a
+    /// `--re-add` of a former member, whose old superblock is replaced by a spare's).
+    pub fn add_device_overwriting(&self, member: Arc<dyn Member>, device_uuid: [u8; 16]) -> Result<(), EngineError> {
         if !self.writable {
             return Err(EngineError::ReadOnly);
         }
-        crate::create::check_device_is_free(member.as_ref()).map_err(|e| EngineError::Invalid(e.to_string()))?;
+        if matches!(self.level, uraid_core::geometry::Level::Raid0 | uraid_core::geometry::Level::Linear) {
+            return Err(EngineError::Invalid(format!("{} has no redundancy: a spare would never be used", self.level)));
+        }
         let mut meta = self.lock_meta();
         let same = |d: &super::Device| match (d.member.identity(), member.identity()) {
             (Some(a), Some(b)) => a == b,
@@ -86,6 +97,35 @@ impl Array {
     /// the old one fails a read, which fails it), then the new one takes the role and the old
     /// one is marked faulty. Redundancy is never lower than before, unlike fail + rebuild.
     pub fn replace_device(&self, label: &str, member: Arc<dyn Member>, device_uuid: [u8; 16]) -> Result<(), EngineError> {
+        let role = self.replaceable_role(label)?;
+        let new_label = member.label().to_string();
+        self.add_device(member, device_uuid)?;
+        self.start_replacement(label, role, &new_label);
+        Ok(())
+    }
+
+    /// [`Array::replace_device`] over whatever the new device holds (mdadm's `--force`).
+    pub fn replace_device_overwriting(&self, label: &str, member: Arc<dyn Member>, device_uuid: [u8; 16]) -> Result<(), EngineError> {
+        let role = self.replaceable_role(label)?;
+        let new_label = member.label().to_string();
+        self.add_device_overwriting(member, device_uuid)?;
+        self.start_replacement(label, role, &new_label);
+        Ok(())
+    }
+
+    /// [`Array::replace_device`] with a spare already attached to the array.
+    pub fn replace_with_spare(&self, label: &str, spare_label: &str) -> Result<(), EngineError> {
+        let role = self.replaceable_role(label)?;
+        let is_spare = self.lock_meta().devices.iter().any(|d| d.member.label() == spare_label && d.state == DeviceState::Spare);
+        if !is_spare {
+            return Err(EngineError::Invalid(format!("{spare_label} is not a spare of this array")));
+        }
+        self.start_replacement(label, role, spare_label);
+        Ok(())
+    }
+
+    /// The role of in-sync member `label`, if it may be replaced now.
+    fn replaceable_role(&self, label: &str) -> Result<usize, EngineError> {
         if !self.writable {
             return Err(EngineError::ReadOnly);
         }
@@ -100,7 +140,7 @@ impl Array {
                 .find(|d| d.member.label() == label)
                 .ok_or_else(|| EngineError::Invalid(format!("{label} is not part of the array")))?;
             let DeviceState::InSync(role) = d.state else {
-                return Err(EngineError::Invalid(format!("{label} is {:?}; only an in-sync member can be replaced", d.state)));
+                return Err(EngineError::Invalid(format!("{label} is {}; only an in-sync member can be replaced", d.state)));
             };
             if meta.devices.iter().any(|d| matches!(d.state, DeviceState::Recovering { .. } | DeviceState::Replacing { .. })) {
                 return Err(EngineError::Invalid("a rebuild or replacement is already running; replace again when it is done".into()));
@@ -113,8 +153,11 @@ impl Array {
                 "the array is degraded (roles {missing:?} missing): add the new device as a spare so it rebuilds a missing role first (uraid add)"
             )));
         }
-        let new_label = member.label().to_string();
-        self.add_device(member, device_uuid)?;
+        Ok(role)
+    }
+
+    /// Spare `new_label` starts copying in-sync member `label` (role `role`).
+    fn start_replacement(&self, label: &str, role: usize, new_label: &str) {
         let mut meta = self.lock_meta();
         let new = meta.devices.iter().position(|d| d.member.label() == new_label);
         let old_still_in_sync = meta.devices.iter().any(|d| d.member.label() == label && d.state == DeviceState::InSync(role));
@@ -123,7 +166,6 @@ impl Array {
             meta.devices[new].state = DeviceState::Replacing { role, done: 0 };
             self.rebuild_io_map(&meta);
         }
-        Ok(())
     }
 
     /// Removes a faulty or spare device (by label). Active members must be failed first.
@@ -137,7 +179,7 @@ impl Array {
         match meta.devices[idx].state {
             DeviceState::Faulty | DeviceState::Spare => {}
             other => {
-                return Err(EngineError::Invalid(format!("{label} is {other:?}; fail it first (uraid fail)")));
+                return Err(EngineError::Invalid(format!("{label} is {other}; fail it first (uraid fail)")));
             }
         }
         meta.devices.remove(idx);

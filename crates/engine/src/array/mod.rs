@@ -93,6 +93,19 @@ pub enum DeviceState {
     Faulty,
 }
 
+/// As `mdadm --detail` words it, for messages.
+impl std::fmt::Display for DeviceState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceState::InSync(role) => write!(f, "an active member (role {role})"),
+            DeviceState::Recovering { role, .. } => write!(f, "being rebuilt (role {role})"),
+            DeviceState::Replacing { role, .. } => write!(f, "replacing role {role}"),
+            DeviceState::Spare => write!(f, "a spare"),
+            DeviceState::Faulty => write!(f, "faulty"),
+        }
+    }
+}
+
 /// One device and its superblock as the array keeps it.
 struct Device {
     member: Arc<dyn Member>,
