@@ -45,14 +45,18 @@ pub struct Reply {
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<ArrayStatus>,
+    /// What the request did, in words, when there is more to say than the status (a re-add:
+    /// from the bitmap or in full, and why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 impl Reply {
     pub fn ok(status: Option<ArrayStatus>) -> Reply {
-        Reply { ok: true, error: None, status }
+        Reply { ok: true, error: None, status, message: None }
     }
     pub fn err(e: impl ToString) -> Reply {
-        Reply { ok: false, error: Some(e.to_string()), status: None }
+        Reply { ok: false, error: Some(e.to_string()), status: None, message: None }
     }
 }
 

@@ -247,6 +247,7 @@ impl Served {
 
     fn handle(&self, req: Request) -> Reply {
         let a = &self.array;
+        let mut message = None;
         let result: Result<()> = (|| {
             match req {
                 Request::Status => {}
@@ -261,11 +262,17 @@ impl Served {
                             "{device} holds no superblock of {}: --re-add takes back a former member; use add (with --force to overwrite what it holds)",
                             self.name()
                         ),
-                        // md's --re-add; uraid rebuilds the member in full (no bitmap-based
-                        // partial resync yet: bits are cleared at clean marks even while degraded).
-                        (true, _, true) | (false, true, _) => a.add_device_overwriting(m, random_uuid())?,
+                        // md's --re-add: back in its old role with only the regions the bitmap
+                        // marks rebuilt when it can be, else added as a spare and rebuilt in full.
+                        (true, _, true) => {
+                            let label = m.label().to_string();
+                            let done = a.re_add_device(m, random_uuid())?;
+                            eprintln!("uraid: {}: {label} {done}", self.name());
+                            message = Some(done.to_string());
+                        }
+                        (false, true, _) => a.add_device_overwriting(m, random_uuid())?,
                         (false, false, true) => bail!(
-                            "{device} is a former member of {}; use add --re-add to take it back (it is rebuilt), or --force",
+                            "{device} is a former member of {}; use add --re-add to take it back (from the bitmap where it can be, else rebuilt in full), or --force",
                             self.name()
                         ),
                         (false, false, false) => a.add_device(m, random_uuid())?,
@@ -310,7 +317,7 @@ impl Served {
             Ok(())
         })();
         match result {
-            Ok(()) => Reply::ok(Some(self.status())),
+            Ok(()) => Reply { message, ..Reply::ok(Some(self.status())) },
             Err(e) => Reply::err(format!("{e:#}")),
         }
     }

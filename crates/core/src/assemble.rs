@@ -4,6 +4,12 @@
 //! This follows mdadm's `Assemble.c` (4.x) so that uraid starts exactly the arrays mdadm
 //! would, and refuses the ones mdadm refuses, with a sentence saying what to do instead:
 //!
+//! 0. Every superblock is checked against its device and md's limits first
+//!    ([`crate::metadata::check`]), before any of its counts sizes anything: an impossible
+//!    one stops the assembly naming the device, a device too small for its data area is
+//!    left out. Every device the array keeps must agree with the newest superblock on
+//!    level, layout, chunk, size and raid_disks (mdadm's `compare_super`), hold its share
+//!    inside its data area, and keep the array's bitmap offset.
 //! 1. Devices are grouped by array uuid; members of more than one array are refused unless
 //!    one uuid is chosen.
 //! 2. The *newest* member is the first one, among members holding an active (non-replacement)
@@ -28,6 +34,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use crate::metadata::check::{bitmap_offset_from_superblock, check_superblock, SuperblockProblem};
 use crate::metadata::{ArrayShape, DeviceRole, FeatureMap, MdUuid, Raid10Layout, RaidLevel, Superblock};
 
 /// A device with a decoded superblock, offered for assembly.
@@ -209,6 +216,20 @@ fn plan_array(candidates: &[Candidate], group: &[usize], uuid: MdUuid, options: 
     let sb = |index: usize| &candidates[index].superblock;
     let label = |index: usize| candidates[index].label.as_str();
 
+    // Every superblock is checked against its device and md's limits before any of its
+    // numbers sizes anything (see `metadata::check`). A truncated device is left out below,
+    // as mdadm leaves it out; an impossible superblock stops the assembly, naming it.
+    let mut too_small: BTreeMap<usize, u64> = BTreeMap::new();
+    for &index in group {
+        match check_superblock(sb(index), candidates[index].device_size_bytes) {
+            Ok(()) => {}
+            Err(SuperblockProblem::DeviceTooSmall { needed_bytes, .. }) => {
+                too_small.insert(index, needed_bytes);
+            }
+            Err(problem) => return (None, refuse(unusable_superblock(label(index), &problem))),
+        }
+    }
+
     // The newest member: highest events among active, non-replacement members; the first
     // one wins a tie (mdadm replaces only on strictly greater).
     let mut newest: Option<usize> = None;
@@ -251,7 +272,7 @@ fn plan_array(candidates: &[Candidate], group: &[usize], uuid: MdUuid, options: 
         missing_roles: Vec::new(),
     };
 
-    if let Some(reason) = unsupported_reason(newest_sb, label(newest)) {
+    if let Some(reason) = unsupported_reason(newest_sb) {
         return (Some(plan), refuse(reason));
     }
 
@@ -263,7 +284,7 @@ fn plan_array(candidates: &[Candidate], group: &[usize], uuid: MdUuid, options: 
     };
     for &index in group {
         let member = sb(index);
-        if let Some(needed_bytes) = too_small(member, candidates[index].device_size_bytes) {
+        if let Some(&needed_bytes) = too_small.get(&index) {
             plan.excluded.push((index, Exclusion::DeviceTooSmall { needed_bytes, device_size_bytes: candidates[index].device_size_bytes }));
             continue;
         }
@@ -435,12 +456,78 @@ fn plan_array(candidates: &[Candidate], group: &[usize], uuid: MdUuid, options: 
             )),
         );
     }
+    if let Some(reason) = inconsistent_member(candidates, &plan) {
+        return (Some(plan), refuse(reason));
+    }
     let decision = if plan.is_degraded() { Decision::RunDegraded } else { Decision::Run };
     (Some(plan), decision)
 }
 
+/// The refusal for a superblock [`check_superblock`] rejects.
+fn unusable_superblock(label: &str, problem: &SuperblockProblem) -> String {
+    format!("{label}: the md superblock is not usable: {problem}; it is damaged or was not written by md, so leave this device out")
+}
+
+/// Every device the array will keep (and so write: members, rebuilding members,
+/// replacements, spares) must describe the same array as the newest superblock (level,
+/// layout, chunk, size and raid_disks, as mdadm's `compare_super1`/`compare_super0` demand
+/// before assembling), hold its share of the array inside its own data area, and keep its
+/// write-intent bitmap where the newest superblock says the array's bitmap is (md writes
+/// one bitmap offset into every superblock, and uraid writes the bitmap there on every
+/// device).
+fn inconsistent_member(candidates: &[Candidate], plan: &ArrayPlan) -> Option<String> {
+    let newest = &candidates[plan.newest].superblock;
+    let bitmap = bitmap_offset_from_superblock(newest);
+    let uses_size = !matches!(plan.shape.level, RaidLevel::Linear | RaidLevel::Raid0);
+    let kept = plan
+        .members
+        .iter()
+        .flatten()
+        .copied()
+        .chain(plan.rebuilding.iter().map(|r| r.member))
+        .chain(plan.replacements.iter().map(|r| r.member))
+        .chain(plan.spares.iter().copied());
+    for index in kept {
+        let candidate = &candidates[index];
+        let sb = &candidate.superblock;
+        let shape = sb.shape();
+        if shape != plan.shape {
+            let describe = |s: &ArrayShape| {
+                format!(
+                    "{} with {} devices, layout {}, chunk {} sectors, {} sectors each",
+                    s.level, s.raid_disks, s.layout, s.chunk_sectors, s.component_size_sectors
+                )
+            };
+            return Some(format!(
+                "{}: its superblock describes {}, the newest member's {}; mdadm refuses to assemble members that disagree, so leave it out",
+                candidate.label,
+                describe(&shape),
+                describe(&plan.shape)
+            ));
+        }
+        let data_sectors = sb.member_data_size_sectors(candidate.device_size_bytes);
+        if uses_size && plan.shape.component_size_sectors > data_sectors {
+            return Some(format!(
+                "{}: its data area holds {data_sectors} sectors, but each member of this {} array holds {} sectors; leave it out",
+                candidate.label, plan.shape.level, plan.shape.component_size_sectors
+            ));
+        }
+        let own = bitmap_offset_from_superblock(sb);
+        if own != bitmap {
+            let place = |o: Option<i64>| o.map_or("no bitmap".to_string(), |b| format!("a bitmap {b} bytes from the superblock"));
+            return Some(format!(
+                "{}: its superblock records {}, the newest member's {}; md keeps one bitmap offset per array, so leave it out",
+                candidate.label,
+                place(own),
+                place(bitmap)
+            ));
+        }
+    }
+    None
+}
+
 /// Features and states uraid cannot run yet, as an actionable sentence.
-fn unsupported_reason(newest: &Superblock, newest_label: &str) -> Option<String> {
+fn unsupported_reason(newest: &Superblock) -> Option<String> {
     let level = newest.level();
     if !matches!(
         level,
@@ -453,9 +540,6 @@ fn unsupported_reason(newest: &Superblock, newest_label: &str) -> Option<String>
             | RaidLevel::Raid10
     ) {
         return Some(format!("{level} arrays are not supported by uraid; assemble it with mdadm"));
-    }
-    if newest.raid_disks() == 0 {
-        return Some(format!("superblock on {newest_label} records 0 raid devices; it is damaged"));
     }
     if newest.reshape_active() {
         return Some(
@@ -477,14 +561,6 @@ fn unsupported_reason(newest: &Superblock, newest_label: &str) -> Option<String>
         }
     }
     None
-}
-
-/// For 1.x: the bytes the data area needs, if the device is smaller (mdadm refuses these).
-fn too_small(superblock: &Superblock, device_size_bytes: u64) -> Option<u64> {
-    let Superblock::V1(sb) = superblock else { return None };
-    let needed_sectors = sb.data_offset_sectors.checked_add(sb.data_size_sectors)?;
-    let needed_bytes = needed_sectors.checked_mul(512)?;
-    (device_size_bytes < needed_bytes).then_some(needed_bytes)
 }
 
 fn minimum_members(level: RaidLevel, raid_disks: u32) -> u32 {

@@ -3,8 +3,13 @@
 //! step, and a model of the disk checks md's two rules at every data write:
 //! - the superblocks on disk say active (a crash now must lead to a resync);
 //! - the write's bitmap bit is on disk.
+//!
+//! A member may go missing and come back at any step (`flips`): while one is missing, every
+//! chunk written has its bit on disk until the array is whole again, clean marks included
+//! (md keeps the bits while degraded; a re-add of the member resyncs just those chunks).
 
 use proptest::prelude::*;
+use std::collections::BTreeSet;
 use uraid_core::metadata::{BitmapSuperblock, WriteIntentBits};
 use uraid_core::state::{BeginWrite, BitmapStep, CleanStep, Mode, WriteState};
 
@@ -30,7 +35,12 @@ enum Writer {
 #[derive(Clone, Copy, Debug)]
 enum Cleaner {
     Begin,
+    /// Flushing; at the next step it decides whether to clear the bits and writes the
+    /// clean superblocks (and the bits, cleared or not) in one go, as the engine does under
+    /// its metadata lock.
     MarkingClean,
+    /// The clean mark (bits cleared or not) is on disk; reported at the next step.
+    Written(bool),
     Done,
 }
 
@@ -52,8 +62,9 @@ fn bitmap_shape(chunks: u64) -> BitmapSuperblock {
     }
 }
 
-/// Runs one schedule: `picks` chooses the actor that steps next.
-fn run(writers: &[u64], with_bitmap: bool, start_active: bool, picks: &[usize]) {
+/// Runs one schedule: `picks` chooses the actor that steps next; at each step number in
+/// `flips` a member goes missing, or (if one is missing) comes back.
+fn run(writers: &[u64], with_bitmap: bool, start_active: bool, picks: &[usize], flips: &[usize]) {
     let shape = bitmap_shape(8);
     let bits = with_bitmap.then(|| WriteIntentBits::all_clean(&shape));
     let mut st = WriteState::new(start_active, bits.clone());
@@ -63,7 +74,23 @@ fn run(writers: &[u64], with_bitmap: bool, start_active: bool, picks: &[usize]) 
     let mut cleaner = Cleaner::Begin;
     let mut cleans = 0;
     let mut i = 0;
+    // Chunks written while a member was missing: their bits must stay on disk until it is back.
+    let mut missed: BTreeSet<u64> = BTreeSet::new();
+    let mut degraded = false;
     loop {
+        if flips.contains(&i) {
+            degraded = !degraded;
+            st.set_degraded(degraded);
+            if !degraded {
+                // Back (resynced from the bits): nothing it missed is left to record.
+                missed.clear();
+            }
+        }
+        if let Some(b) = &disk.bits {
+            for c in &missed {
+                assert!(b.is_dirty(*c), "chunk {c}, written while a member was missing, lost its bit on disk");
+            }
+        }
         let all_done = ws.iter().all(|w| matches!(w, Writer::Done)) && matches!(cleaner, Cleaner::Done);
         if all_done {
             break;
@@ -87,11 +114,16 @@ fn run(writers: &[u64], with_bitmap: bool, start_active: bool, picks: &[usize]) 
                     CleanStep::Wait => Cleaner::Begin,
                 },
                 Cleaner::MarkingClean => {
+                    let clear = st.clean_may_clear_bits();
+                    assert!(!(clear && degraded), "the state machine allowed clearing the bits while a member was missing");
                     disk.active = false;
-                    if let Some(b) = &mut disk.bits {
+                    if let Some(b) = disk.bits.as_mut().filter(|_| clear) {
                         b.clear_all();
                     }
-                    st.clean_durable(true);
+                    Cleaner::Written(clear)
+                }
+                Cleaner::Written(clear) => {
+                    st.clean_durable(clear);
                     cleans += 1;
                     if cleans > 2 {
                         Cleaner::Done
@@ -139,6 +171,9 @@ fn run(writers: &[u64], with_bitmap: bool, start_active: bool, picks: &[usize]) 
                 if let Some(b) = &disk.bits {
                     assert!(b.is_dirty(chunk), "data written to chunk {chunk} before its bit was on disk");
                 }
+                if degraded {
+                    missed.insert(chunk);
+                }
                 Writer::End
             }
             Writer::End => {
@@ -161,8 +196,9 @@ proptest! {
         with_bitmap in any::<bool>(),
         start_active in any::<bool>(),
         picks in prop::collection::vec(0usize..8, 0..200),
+        flips in prop::collection::vec(0usize..220, 0..4),
     ) {
-        run(&writers, with_bitmap, start_active, &picks);
+        run(&writers, with_bitmap, start_active, &picks, &flips);
     }
 }
 
@@ -228,4 +264,48 @@ fn job_steps_and_the_clean_mark_exclude_each_other_without_marking_active() {
     assert!(!st.begin_job(), "the clean mark is being written");
     st.clean_durable(true);
     assert!(st.begin_job());
+}
+
+/// md keeps the bits while a member is missing: a clean mark then leaves them on disk and in
+/// memory (later writes to those chunks need no bitmap write), and only a clean mark with
+/// every member back clears them.
+#[test]
+fn bits_survive_clean_marks_while_a_member_is_missing() {
+    let shape = bitmap_shape(8);
+    let mut st = WriteState::new(true, Some(WriteIntentBits::all_clean(&shape)));
+    st.set_degraded(true);
+    assert_eq!(st.begin_write(), BeginWrite::Go);
+    let BitmapStep::Write { seq, .. } = st.bitmap_begin(2, 2) else { panic!("the bit must be written") };
+    st.bitmap_written(seq);
+    assert_eq!(st.bitmap_begin(2, 2), BitmapStep::Durable);
+    st.end_write();
+    assert_eq!(st.begin_clean(), CleanStep::MarkClean);
+    assert!(!st.clean_may_clear_bits(), "a member is missing: the bits must stay");
+    st.clean_durable(false);
+    assert!(st.durable_bits().unwrap().is_dirty(2) && st.dirty_bits().unwrap().is_dirty(2));
+    assert_eq!(st.begin_write(), BeginWrite::MarkActive);
+    st.active_durable();
+    assert_eq!(st.begin_write(), BeginWrite::Go);
+    assert_eq!(st.bitmap_begin(2, 2), BitmapStep::Durable, "the kept bit is still on disk");
+    st.end_write();
+    // The member is back: the next clean mark clears.
+    st.set_degraded(false);
+    assert_eq!(st.begin_clean(), CleanStep::MarkClean);
+    assert!(st.clean_may_clear_bits());
+    st.clean_durable(true);
+    assert_eq!(st.durable_bits().unwrap().dirty_chunks().count(), 0);
+    assert_eq!(st.dirty_bits().unwrap().dirty_chunks().count(), 0);
+}
+
+/// A clean mark that clears the bits without having been allowed to (a member was missing
+/// when it asked) is stopped.
+#[test]
+#[should_panic(expected = "bitmap bits cleared while a role was missing")]
+fn clearing_the_bits_while_a_member_is_missing_is_stopped() {
+    let shape = bitmap_shape(8);
+    let mut st = WriteState::new(true, Some(WriteIntentBits::all_clean(&shape)));
+    st.set_degraded(true);
+    assert_eq!(st.begin_clean(), CleanStep::MarkClean);
+    assert!(!st.clean_may_clear_bits());
+    st.clean_durable(true);
 }

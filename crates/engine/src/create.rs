@@ -33,7 +33,7 @@ const SIGNATURES: &[(u64, &[u8], &str)] = &[
 /// Refuses a device that already carries an md superblock or a known signature.
 pub fn check_device_is_free(member: &dyn Member) -> Result<(), CreateIoError> {
     let p = probe(member);
-    if let Some((_, sb)) = p.best() {
+    if let Some((_, sb)) = p.any() {
         return Err(CreateIoError::HoldsArray { device: member.label().into(), uuid: sb.array_uuid().to_string() });
     }
     for (off, magic, what) in SIGNATURES {

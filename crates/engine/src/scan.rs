@@ -1,17 +1,29 @@
 //! Finding md superblocks on members: every location md may use, decoded, with the reasons
 //! locations that look like a superblock were rejected (so a corrupt one is named, not
 //! silently ignored).
+//!
+//! A superblock is usable only if its checksum is right, it sits where it says it does, and
+//! everything it describes fits the device and md's limits
+//! ([`uraid_core::metadata::check`]), including the whole write-intent bitmap when it has
+//! one. Nothing a superblock says is used to size an allocation before that.
 
 use crate::member::Member;
-use uraid_core::metadata::{superblock_locations, MetadataError, MetadataVersion, Superblock, SuperblockLocation};
+use uraid_core::metadata::check::{check_bitmap, check_superblock, SuperblockProblem};
+use uraid_core::metadata::{superblock_locations, BitmapSuperblock, MetadataError, MetadataVersion, Superblock, SuperblockLocation};
 
 /// What probing one member found.
 #[derive(Debug, Clone)]
 pub struct Probe {
-    /// Valid superblocks (decoded, checksum correct, at the place they say they are).
+    /// Usable superblocks (decoded, checksum correct, at the place they say they are,
+    /// within md's limits and the device; a device too small for its data area is kept here
+    /// so assembly can leave it out with that reason).
     pub found: Vec<(SuperblockLocation, Superblock)>,
-    /// Locations carrying md's magic that failed to decode: (version, offset, why).
+    /// Locations carrying md's magic that are not usable: (version, offset, why).
     pub rejected: Vec<(MetadataVersion, u64, String)>,
+    /// Superblocks with a correct checksum that describe something impossible (also listed,
+    /// with the reason, in `rejected`). Never assembled; they still mark the device as
+    /// holding md metadata.
+    pub invalid: Vec<(SuperblockLocation, Superblock)>,
 }
 
 impl Probe {
@@ -20,11 +32,35 @@ impl Probe {
     pub fn best(&self) -> Option<&(SuperblockLocation, Superblock)> {
         self.found.iter().max_by_key(|(loc, sb)| (loc.version != MetadataVersion::V0_90, sb.events()))
     }
+
+    /// The superblock that makes the device a member of some md array, usable or not
+    /// (`create` must not write over either).
+    pub fn any(&self) -> Option<&(SuperblockLocation, Superblock)> {
+        self.best().or(self.invalid.first())
+    }
+}
+
+/// Why a decoded superblock found at `loc` cannot be used on `member`, if it cannot.
+/// A device merely too small for the data area is not a reason here (assembly leaves such a
+/// member out and says so).
+pub fn unusable_reason(member: &dyn Member, loc: &SuperblockLocation, sb: &Superblock) -> Option<SuperblockProblem> {
+    let size = member.size_bytes();
+    match check_superblock(sb, size) {
+        Ok(()) | Err(SuperblockProblem::DeviceTooSmall { .. }) => {}
+        Err(problem) => return Some(problem),
+    }
+    // The bitmap's length is in its own superblock. One that cannot be read or decoded is
+    // left to assembly, which refuses it unless forced (and then runs without a bitmap).
+    let at = sb.bitmap_offset_bytes(loc.offset_bytes)?;
+    let mut head = vec![0u8; 256];
+    member.read_at(&mut head, at).ok()?;
+    let bitmap = BitmapSuperblock::decode(&head).ok()?;
+    check_bitmap(sb, size, &bitmap).err()
 }
 
 pub fn probe(member: &dyn Member) -> Probe {
     let size = member.size_bytes();
-    let mut probe = Probe { found: Vec::new(), rejected: Vec::new() };
+    let mut probe = Probe { found: Vec::new(), rejected: Vec::new(), invalid: Vec::new() };
     for loc in superblock_locations(size) {
         let mut bytes = vec![0u8; loc.len_bytes];
         if member.read_at(&mut bytes, loc.offset_bytes).is_err() {
@@ -35,9 +71,14 @@ pub fn probe(member: &dyn Member) -> Probe {
                 if let Superblock::V1(v1) = &sb {
                     // A 1.x superblock records where it lives; elsewhere it is a stray copy
                     // (e.g. the 1.0 superblock of a whole disk seen inside a partition).
-                    if v1.super_offset_sectors * 512 != loc.offset_bytes {
+                    if v1.super_offset_sectors.checked_mul(512) != Some(loc.offset_bytes) {
                         continue;
                     }
+                }
+                if let Some(problem) = unusable_reason(member, &loc, &sb) {
+                    probe.rejected.push((loc.version, loc.offset_bytes, problem.to_string()));
+                    probe.invalid.push((loc, sb));
+                    continue;
                 }
                 probe.found.push((loc, sb));
             }

@@ -40,6 +40,10 @@ pub struct CreateArgs {
     /// Write-intent bitmap: internal or none.
     #[arg(long, short = 'b', default_value = "none")]
     bitmap: String,
+    /// Data per bitmap bit, e.g. 4M (mdadm's --bitmap-chunk; default: 64M, or more if the
+    /// bitmap would not fit). Smaller chunks make resyncs after a crash and re-adds shorter.
+    #[arg(long)]
+    bitmap_chunk: Option<String>,
     /// Skip the initial sync: only right when the members are known consistent (e.g. zero).
     #[arg(long)]
     assume_clean: bool,
@@ -140,9 +144,17 @@ pub fn run(a: CreateArgs) -> Result<ExitCode> {
         // mdadm: "'1' is an unusual number of drives for an array, so it is probably a mistake."
         bail!("--raid-devices 1 is an unusual number of drives for an array, so it is probably a mistake; add --force if you mean it");
     }
+    let bitmap_chunk = match a.bitmap_chunk.as_deref() {
+        None => None,
+        Some(text) => match u32::try_from(parse_size(text)?) {
+            Ok(bytes) => Some(bytes),
+            Err(_) => bail!("--bitmap-chunk {text}: too large"),
+        },
+    };
     let bitmap = match a.bitmap.as_str() {
+        "none" if bitmap_chunk.is_some() => bail!("--bitmap-chunk needs --bitmap internal"),
         "none" => None,
-        "internal" => Some(BitmapRequest::default()),
+        "internal" => Some(BitmapRequest { chunk_bytes: bitmap_chunk }),
         other => bail!("--bitmap {other:?}: use internal or none"),
     };
     let file_size = a.size.as_deref().map(parse_size).transpose()?;

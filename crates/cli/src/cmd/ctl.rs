@@ -43,7 +43,9 @@ pub struct AddArgs {
     /// Add it even if it holds another array's superblock or a filesystem (overwritten).
     #[arg(long)]
     force: bool,
-    /// Take back a former member of this array (failed and removed): it is rebuilt in full.
+    /// Take back a former member of this array (failed and removed): with a write-intent
+    /// bitmap it gets its old role back and only the regions written since it left are
+    /// rebuilt (md's bitmap-based re-add); otherwise it is rebuilt in full. Says which.
     #[arg(long)]
     re_add: bool,
     #[arg(long)]
@@ -235,7 +237,17 @@ fn absolute(p: &str) -> String {
 }
 
 pub fn add(a: AddArgs) -> Result<ExitCode> {
-    let st = call(&a.name, Request::Add { device: absolute(&a.device), force: a.force, re_add: a.re_add })?;
+    let (sock, _) = control::find(&a.name)?;
+    let st = match control::call(&sock, &Request::Add { device: absolute(&a.device), force: a.force, re_add: a.re_add })? {
+        Reply { ok: true, status: Some(st), message, .. } => {
+            // A re-add says whether it resyncs from the bitmap or rebuilds in full, and why.
+            if let Some(m) = message {
+                eprintln!("uraid: {}: {m}", a.device);
+            }
+            st
+        }
+        Reply { error, .. } => bail!("{}", error.unwrap_or_else(|| "request failed".into())),
+    };
     print_status(&st, a.json)?;
     Ok(ExitCode::SUCCESS)
 }

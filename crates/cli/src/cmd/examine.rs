@@ -6,7 +6,10 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use uraid_core::geometry::{Algorithm, Level};
-use uraid_core::metadata::{superblock_locations, DeviceRole, MetadataError, MetadataVersion, Superblock, Superblock090, Superblock1};
+use uraid_core::metadata::check::{SB090_MAX_DISKS, SB1_MAX_DISKS};
+use uraid_core::metadata::{
+    superblock_locations, DeviceRole, DiskDescriptor090, MetadataError, MetadataVersion, Superblock, Superblock090, Superblock1,
+};
 use uraid_engine::{FileMember, Member};
 
 #[derive(Args)]
@@ -147,16 +150,31 @@ fn fill_v1(e: &mut Examined, sb: &Superblock1, dev_size: u64) {
             Some(format!("{} entries available at offset {} sectors", sb.bblog_size_sectors as u64 * 512 / 8, sb.bblog_offset_sectors));
     }
     let _ = dev_size;
-    // Array state as mdadm prints it: one letter per role, A = active, . = missing.
-    let mut state = vec!['.'; sb.raid_disks as usize];
-    for role in &sb.dev_roles {
-        if let DeviceRole::Active(n) = DeviceRole::from_raw(*role) {
-            if let Some(c) = state.get_mut(n as usize) {
-                *c = 'A';
-            }
+    // Array state as mdadm prints it: one letter per role, A = active, . = missing. Only
+    // for a role count md allows: a damaged superblock's raid_disks sizes nothing.
+    e.array_state = array_state(
+        sb.raid_disks,
+        SB1_MAX_DISKS,
+        sb.dev_roles.iter().filter_map(|r| match DeviceRole::from_raw(*r) {
+            DeviceRole::Active(n) => Some(n),
+            _ => None,
+        }),
+    );
+}
+
+/// One letter per role (`A` active, `.` missing), or `None` when `raid_disks` is beyond md's
+/// `limit` (the superblock is then reported as unusable anyway).
+fn array_state(raid_disks: u32, limit: u32, active: impl Iterator<Item = u32>) -> Option<String> {
+    if raid_disks > limit {
+        return None;
+    }
+    let mut state = vec!['.'; raid_disks as usize];
+    for n in active {
+        if let Some(c) = state.get_mut(n as usize) {
+            *c = 'A';
         }
     }
-    e.array_state = Some(state.into_iter().collect());
+    Some(state.into_iter().collect())
 }
 
 fn fill_v090(e: &mut Examined, sb: &Superblock090) {
@@ -173,20 +191,8 @@ fn fill_v090(e: &mut Examined, sb: &Superblock090) {
     e.checksum = Some(format!("{:x}", sb.sb_csum));
     e.checksum_correct = Some(sb.compute_checksum() == sb.sb_csum);
     e.state = Some(if sb.state & Superblock090::STATE_CLEAN != 0 { "clean" } else { "active" }.into());
-    let mut state = vec!['.'; sb.raid_disks as usize];
-    for d in &sb.disks {
-        if d.state & DiskDescriptor090Ext::ACTIVE != 0 {
-            if let Some(c) = state.get_mut(d.raid_disk as usize) {
-                *c = 'A';
-            }
-        }
-    }
-    e.array_state = Some(state.into_iter().collect());
-}
-
-struct DiskDescriptor090Ext;
-impl DiskDescriptor090Ext {
-    const ACTIVE: u32 = uraid_core::metadata::DiskDescriptor090::STATE_ACTIVE;
+    let active = sb.disks.iter().filter(|d| d.state & DiskDescriptor090::STATE_ACTIVE != 0).map(|d| d.raid_disk);
+    e.array_state = array_state(sb.raid_disks, SB090_MAX_DISKS, active);
 }
 
 /// As mdadm prints it: 0.90 with its patch level ("0.90.00"), 1.x as is.
@@ -259,7 +265,13 @@ pub fn run(a: ExamineArgs) -> Result<ExitCode> {
     let results: Vec<Examined> = a.devices.iter().map(|p| examine_one(p)).collect();
     let all_ok = results.iter().all(|e| e.has_superblock);
     for e in results.iter().filter(|e| !e.has_superblock) {
-        eprintln!("uraid: {}: {}", e.device, e.error.as_deref().unwrap_or("no md superblock found"));
+        let error = e.error.as_deref().unwrap_or("no md superblock found");
+        // Errors from opening the device already start with its name.
+        if error.starts_with(&format!("{}: ", e.device)) {
+            eprintln!("uraid: {error}");
+        } else {
+            eprintln!("uraid: {}: {error}", e.device);
+        }
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&results)?);

@@ -38,6 +38,11 @@ pub fn spare_superblock(
     let dev_sectors = dev_size_bytes / SECTOR_BYTES;
     match template {
         Superblock::V1(t) => {
+            // md refuses a device number at or past its 1.x limit (`bind_rdev_to_array`), and
+            // the role table would grow to it (see `metadata::check`).
+            if dev_number >= super::check::SB1_MAX_DISKS {
+                return Err(AddError::NoDeviceNumber(version, dev_number));
+            }
             let mut sb = t.clone();
             let super_offset = match version {
                 MetadataVersion::V1_1 => 0,
@@ -97,5 +102,25 @@ pub fn spare_superblock(
             full.update_checksum();
             Ok(NewMemberSuperblock { superblock: full, superblock_offset_bytes: sb_sector * SECTOR_BYTES, data_offset_bytes: 0 })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::geometry::Level;
+    use crate::metadata::create::{plan_create, CreateRequest, NewDevice};
+    use crate::metadata::sb1::MdTime;
+
+    #[test]
+    fn a_device_number_past_md_limit_is_refused() {
+        let new = NewDevice { size_bytes: 8 << 20, device_uuid: [1; 16] };
+        let req = CreateRequest::new(Level::Raid1, "t", vec![Some(new), Some(new)], [7; 16], MdTime(0));
+        let template = plan_create(&req).expect("plan").devices[0].superblock.clone();
+        assert!(spare_superblock(&template, MetadataVersion::V1_2, 1919, [2; 16], 8 << 20).is_ok());
+        assert_eq!(
+            spare_superblock(&template, MetadataVersion::V1_2, 1920, [2; 16], 8 << 20),
+            Err(AddError::NoDeviceNumber(MetadataVersion::V1_2, 1920))
+        );
     }
 }

@@ -12,6 +12,7 @@ mod codec;
 
 pub mod add;
 pub mod bitmap;
+pub mod check;
 pub mod create;
 pub mod sb090;
 pub mod sb1;
@@ -277,7 +278,7 @@ pub fn detect<E>(dev_size_bytes: u64, mut read_at: impl FnMut(u64, usize) -> Res
             continue;
         };
         if let Superblock::V1(sb) = &superblock {
-            if sb.super_offset_sectors * SECTOR_BYTES != location.offset_bytes {
+            if sb.super_offset_sectors.checked_mul(SECTOR_BYTES) != Some(location.offset_bytes) {
                 continue;
             }
         }

@@ -11,6 +11,9 @@
 //!   flight at a time and it carries every bit set so far, so a later encoding never lands
 //!   under an older one; a writer whose bit is set in memory but not yet on disk waits for
 //!   the write that carries it.
+//! - Bits are cleared only by a clean mark of an array with every role in sync (md-bitmap.c
+//!   keeps them "needed" while the array is degraded): while a member is missing, the bits
+//!   record every write it missed, and a re-add of it resyncs only those regions.
 
 use crate::metadata::WriteIntentBits;
 
@@ -44,7 +47,8 @@ pub enum BeginWrite {
 pub enum CleanStep {
     /// Nothing to do: durably clean already.
     AlreadyClean,
-    /// Flush the members, write the "clean" superblocks (and cleared bitmap), then call
+    /// Flush the members, write the "clean" superblocks (and the bitmap cleared, if
+    /// [`WriteState::clean_may_clear_bits`] says so), then call
     /// [`WriteState::clean_durable`] (or [`WriteState::clean_aborted`]).
     MarkClean,
     /// Writes are pending or a mode change is in flight: wait for a change, try again.
@@ -86,6 +90,11 @@ pub struct WriteState {
     /// a checkpoint while a step's writes are unflushed.
     jobs_pending: u64,
     bitmap: Option<BitmapBits>,
+    /// Some role has no in-sync member (missing, or still being rebuilt). The bits are then
+    /// never cleared: they are what a re-add of the missing member resyncs.
+    degraded: bool,
+    /// What [`WriteState::clean_may_clear_bits`] answered during the clean mark in progress.
+    clear_allowed: bool,
 }
 
 impl WriteState {
@@ -97,7 +106,20 @@ impl WriteState {
             writes_pending: 0,
             jobs_pending: 0,
             bitmap: bits.map(|b| BitmapBits { wanted: b.clone(), durable: b, in_flight: None, next_seq: 1 }),
+            degraded: false,
+            clear_allowed: false,
         }
+    }
+
+    /// Whether some role has no in-sync member. The caller changes it under the same lock
+    /// that orders it against the clean mark's [`WriteState::clean_may_clear_bits`] and the
+    /// bitmap write that follows (the engine: its metadata lock).
+    pub fn set_degraded(&mut self, degraded: bool) {
+        self.degraded = degraded;
+    }
+
+    pub fn degraded(&self) -> bool {
+        self.degraded
     }
 
     pub fn mode(&self) -> Mode {
@@ -188,19 +210,37 @@ impl WriteState {
                     assert!(b.in_flight.is_none(), "a bitmap write in flight with no write pending");
                 }
                 self.mode = Mode::Cleaning;
+                self.clear_allowed = false;
                 CleanStep::MarkClean
             }
             Mode::Active | Mode::Activating | Mode::Cleaning => CleanStep::Wait,
         }
     }
 
+    /// During a clean mark: whether it may write the bitmap's bits cleared, as far as this
+    /// state knows (there is a bitmap and no role is missing; the caller also keeps them
+    /// while a resync is unfinished). Asked right before the bitmap write, under the lock
+    /// that orders [`WriteState::set_degraded`]; [`WriteState::clean_durable`] refuses a
+    /// clear it did not allow.
+    pub fn clean_may_clear_bits(&mut self) -> bool {
+        assert_eq!(self.mode, Mode::Cleaning, "bits may be cleared only by a clean mark");
+        self.clear_allowed = self.bitmap.is_some() && !self.degraded;
+        self.clear_allowed
+    }
+
     /// The clean mark is durable. `bits_cleared`: the bitmap's bits were written cleared
-    /// with it (md clears them only when the array is in sync; with a resync still to
-    /// finish they stay, or a restart would skip regions that need it).
+    /// with it, which [`WriteState::clean_may_clear_bits`] must have allowed (md clears them
+    /// only when the array is in sync and has every member; with a resync still to finish
+    /// they stay, or a restart would skip regions that need it, and with a member missing
+    /// they stay for its re-add).
     pub fn clean_durable(&mut self, bits_cleared: bool) {
         assert_eq!(self.mode, Mode::Cleaning, "clean mark finished without being started");
         assert_eq!(self.writes_pending, 0, "clean with writes pending");
         assert_eq!(self.jobs_pending, 0, "clean with a job step pending");
+        assert!(
+            !bits_cleared || self.bitmap.is_none() || self.clear_allowed,
+            "bitmap bits cleared while a role was missing: a re-add would skip writes its member missed"
+        );
         self.mode = Mode::Clean;
         if let Some(b) = self.bitmap.as_mut().filter(|_| bits_cleared) {
             b.wanted.clear_all();
@@ -224,7 +264,10 @@ impl WriteState {
     pub fn bitmap_begin(&mut self, c0: u64, c1: u64) -> BitmapStep {
         assert!(self.writes_pending > 0 && self.mode == Mode::Active, "bitmap bits asked for outside a write");
         let Some(b) = &mut self.bitmap else { return BitmapStep::Durable };
-        let c1 = c1.min(b.durable.chunk_count().saturating_sub(1));
+        // Chunks past the bitmap's end have no bit to set (a bitmap of no chunks has none);
+        // waiting for them would never end.
+        let Some(last) = b.durable.chunk_count().checked_sub(1) else { return BitmapStep::Durable };
+        let c1 = c1.min(last);
         if (c0..=c1).all(|c| b.durable.is_dirty(c)) {
             return BitmapStep::Durable;
         }
@@ -252,7 +295,8 @@ impl WriteState {
     /// Asserts that chunks `c0..=c1` are durable before their data is written.
     pub fn assert_bits_durable(&self, c0: u64, c1: u64) {
         if let Some(b) = &self.bitmap {
-            let c1 = c1.min(b.durable.chunk_count().saturating_sub(1));
+            let Some(last) = b.durable.chunk_count().checked_sub(1) else { return };
+            let c1 = c1.min(last);
             assert!((c0..=c1).all(|c| b.durable.is_dirty(c)), "data write to bitmap chunks {c0}..={c1} before their bits are durable");
         }
     }
@@ -260,5 +304,12 @@ impl WriteState {
     /// The durable bits, for tests and status.
     pub fn durable_bits(&self) -> Option<&WriteIntentBits> {
         self.bitmap.as_ref().map(|b| &b.durable)
+    }
+
+    /// Every bit set in memory: durable, being written, or wanted by a write waiting for
+    /// its bitmap write. A superset of what is on disk and of what any begun write will
+    /// need, so a region it leaves clean has had no write since the bits were last cleared.
+    pub fn dirty_bits(&self) -> Option<&WriteIntentBits> {
+        self.bitmap.as_ref().map(|b| &b.wanted)
     }
 }

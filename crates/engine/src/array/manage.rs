@@ -1,11 +1,33 @@
-//! Changing which devices belong to a running array: add a spare, remove a failed or spare
-//! device (as `mdadm --add` / `--remove`).
+//! Changing which devices belong to a running array: add a spare, re-add a former member,
+//! remove a failed or spare device (as `mdadm --add` / `--re-add` / `--remove`).
 
 use super::{now_seconds, superblock_bytes, Array, Device, DeviceState, EngineError};
 use crate::member::Member;
 use std::sync::Arc;
+use uraid_core::geometry::Level;
 use uraid_core::metadata::add::spare_superblock;
-use uraid_core::metadata::{MetadataVersion, Superblock};
+use uraid_core::metadata::{DeviceRole, MetadataVersion, Superblock, SuperblockLocation};
+
+/// What [`Array::re_add_device`] did with a former member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReAdd {
+    /// It took its old role back; its rebuild rewrites only the regions whose bitmap chunks
+    /// are dirty (`dirty_chunks` of `chunks` when it was re-added).
+    FromBitmap { role: usize, dirty_chunks: u64, chunks: u64 },
+    /// It was added like a blank spare and is rebuilt in full, for `reason`.
+    Full { reason: String },
+}
+
+impl std::fmt::Display for ReAdd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReAdd::FromBitmap { role, dirty_chunks, chunks } => {
+                write!(f, "re-added with bitmap-based resync: {dirty_chunks} of {chunks} chunks dirty (role {role})")
+            }
+            ReAdd::Full { reason } => write!(f, "re-added: full rebuild ({reason})"),
+        }
+    }
+}
 
 impl Array {
     /// The label of the device attached to the array (any state) that is `id`, so control
@@ -83,12 +105,162 @@ impl Array {
             data_offset: planned.data_offset_bytes,
             state: DeviceState::Spare,
             failure: None,
+            bitmap_recovery: false,
         });
         let resync = self.resync_offset_for_superblock();
         self.persist(&mut meta, resync);
         drop(meta);
         self.start_recovery_if_possible();
         Ok(())
+    }
+
+    /// md's `--re-add` of a former member: when its superblock says it left this array in
+    /// sync in role R, R is still missing, and the array's write-intent bitmap covers every
+    /// write it missed (its events are at least the bitmap's `events_cleared`: no clear of
+    /// the bits since it left), it takes R back and its rebuild rewrites only the regions
+    /// whose bitmap chunks are dirty (md's `super_1_validate` + `Bitmap_sync`). Otherwise it
+    /// is added like a blank spare ([`Array::add_device_overwriting`]) and rebuilt in full;
+    /// the answer says which, and why. RAID10 is always rebuilt in full (its bits count
+    /// array sectors, its rebuild walks member sectors).
+    pub fn re_add_device(&self, member: Arc<dyn Member>, device_uuid: [u8; 16]) -> Result<ReAdd, EngineError> {
+        if !self.writable {
+            return Err(EngineError::ReadOnly);
+        }
+        let probe = crate::scan::probe(member.as_ref());
+        let found = probe.best().cloned();
+        if found.is_none() && probe.rejected.is_empty() {
+            return Err(EngineError::Invalid(format!("{} holds no md superblock: a re-add takes back a former member", member.label())));
+        }
+        let reason = match found {
+            Some((loc, sb)) if sb.array_uuid() == self.uuid => match self.re_add_from_bitmap(&member, &loc, sb)? {
+                Ok(done) => return Ok(done),
+                Err(reason) => reason,
+            },
+            Some(_) => {
+                return Err(EngineError::Invalid(format!(
+                    "{} holds another array's superblock: a re-add takes back a former member",
+                    member.label()
+                )))
+            }
+            // md's magic is there, but not a superblock that can be used.
+            None => "its superblock is not usable".to_string(),
+        };
+        self.add_device_overwriting(member, device_uuid)?;
+        Ok(ReAdd::Full { reason })
+    }
+
+    /// The bitmap-based re-add, if every condition holds: `Ok(Err(reason))` when one does not
+    /// (nothing was written then).
+    fn re_add_from_bitmap(
+        &self,
+        member: &Arc<dyn Member>,
+        loc: &SuperblockLocation,
+        sb: Superblock,
+    ) -> Result<Result<ReAdd, String>, EngineError> {
+        let mut meta = self.lock_meta();
+        let same = |d: &super::Device| match (d.member.identity(), member.identity()) {
+            (Some(a), Some(b)) => a == b,
+            _ => d.member.label() == member.label(),
+        };
+        if meta.devices.iter().any(|d| Arc::ptr_eq(&d.member, member) || same(d)) {
+            return Err(EngineError::Invalid(format!("{} is already part of the array", member.label())));
+        }
+        let decision = self.re_add_check(&meta, member.as_ref(), loc, &sb);
+        let role = match decision {
+            Ok(role) => role,
+            Err(reason) => return Ok(Err(reason)),
+        };
+        let Some((dirty_chunks, chunks)) = self.bitmap_dirty_count() else { return Ok(Err("the array has no write-intent bitmap".into())) };
+        // Its bitmap first (its own copy is as old as it is), then it joins: superblocks
+        // with it in role R and rebuilt up to 0, then it is written like the others.
+        self.write_bitmap_to(member.as_ref(), loc.offset_bytes).map_err(|e| EngineError::Invalid(format!("{}: {e}", member.label())))?;
+        let mut sb = sb;
+        sb.set_recovery_offset(Some(0));
+        let data_offset = sb.data_offset_sectors() * uraid_core::geometry::SECTOR_BYTES;
+        meta.devices.push(Device {
+            member: member.clone(),
+            sb,
+            sb_offset: loc.offset_bytes,
+            data_offset,
+            state: DeviceState::Recovering { role, done: 0 },
+            failure: None,
+            bitmap_recovery: true,
+        });
+        let resync = self.resync_offset_for_superblock();
+        self.persist(&mut meta, resync);
+        self.rebuild_io_map(&meta);
+        Ok(Ok(ReAdd::FromBitmap { role, dirty_chunks, chunks }))
+    }
+
+    /// The role a former member may take back from the bitmap, or why it may not.
+    fn re_add_check(&self, meta: &super::Meta, member: &dyn Member, loc: &SuperblockLocation, sb: &Superblock) -> Result<usize, String> {
+        match self.level {
+            Level::Raid1 | Level::Raid4 | Level::Raid5 | Level::Raid6 => {}
+            Level::Raid10 => return Err("raid10's bitmap counts array sectors, not member sectors".into()),
+            other => return Err(format!("{other} has no bitmap-based recovery")),
+        }
+        let Some(events_cleared) = self.bitmap_events_cleared() else { return Err("the array has no write-intent bitmap".into()) };
+        let template = meta
+            .devices
+            .iter()
+            .find(|d| matches!(d.state, DeviceState::InSync(_)))
+            .ok_or_else(|| "no in-sync member to compare with".to_string())?;
+        if sb.version() != template.sb.version() {
+            return Err(format!("its superblock is {}, the array's {}", sb.version(), template.sb.version()));
+        }
+        if sb.shape() != template.sb.shape() {
+            return Err("its superblock describes another shape of the array".into());
+        }
+        let role = match sb.role() {
+            DeviceRole::Active(r) if (r as usize) < self.geometry.raid_disks() => r as usize,
+            DeviceRole::Active(r) => return Err(format!("its superblock records role {r}, outside the array")),
+            DeviceRole::Spare => return Err("its superblock records it as a spare".into()),
+            DeviceRole::Faulty => return Err("its superblock records it as faulty".into()),
+            other => return Err(format!("its superblock records it as {other:?}")),
+        };
+        if sb.is_replacement() {
+            return Err("it was a replacement still being copied".into());
+        }
+        if let Some(done) = sb.recovery_offset_sectors() {
+            return Err(format!("it was still being rebuilt when it left (recovered to sector {done})"));
+        }
+        if let Some(d) = meta.devices.iter().find(|d| match d.state {
+            DeviceState::InSync(r) | DeviceState::Recovering { role: r, .. } | DeviceState::Replacing { role: r, .. } => r == role,
+            _ => false,
+        }) {
+            return Err(format!("its role {role} is held by {} now", d.member.label()));
+        }
+        let events = sb.events();
+        if events < events_cleared {
+            return Err(format!(
+                "its events {events} are older than the bitmap's events_cleared {events_cleared}: the bits were cleared since it left"
+            ));
+        }
+        if events > meta.events {
+            return Err(format!("its events {events} are newer than the array's {}: it was written apart from the array", meta.events));
+        }
+        // Written apart from the array (assembled on its own, say)? Then it would record the
+        // array's members as missing; as it left, it recorded each of them in its role.
+        for d in &meta.devices {
+            if let DeviceState::InSync(r) = d.state {
+                if sb.role_of_device(d.sb.dev_number()) != DeviceRole::Active(r as u32) {
+                    return Err(format!("its superblock does not record {} as in sync in role {r}", d.member.label()));
+                }
+            }
+        }
+        if let Some(d) = meta.devices.iter().find(|d| d.sb.dev_number() == sb.dev_number()) {
+            return Err(format!("its device number {} is taken by {}", sb.dev_number(), d.member.label()));
+        }
+        let rel = |s: &Superblock, at: u64| s.bitmap_offset_bytes(at).map(|b| b as i128 - at as i128);
+        if rel(sb, loc.offset_bytes).is_none() || rel(sb, loc.offset_bytes) != rel(&template.sb, template.sb_offset) {
+            return Err("its bitmap is not where the array's members keep theirs".into());
+        }
+        let needed = self.sync_sectors();
+        let data_end = (sb.data_offset_sectors() + needed) * uraid_core::geometry::SECTOR_BYTES;
+        if sb.member_data_size_sectors(member.size_bytes()) < needed || data_end > member.size_bytes() {
+            return Err("it is too small for the array's data".into());
+        }
+        Ok(role)
     }
 
     /// md's hot replace (`mdadm --replace old --with new`): `member` becomes a spare, then

@@ -15,6 +15,7 @@ mod safe_mode;
 mod striped;
 
 pub use jobs::{CheckReport, JobKind, JobProgress};
+pub use manage::ReAdd;
 
 use crate::locks::StripeLocks;
 use crate::member::Member;
@@ -115,6 +116,11 @@ struct Device {
     state: DeviceState,
     /// Why this process failed the device (the I/O error, or a request), for status.
     failure: Option<String>,
+    /// A former member re-added from the bitmap (md's `Bitmap_sync`): while it is
+    /// `Recovering`, its rebuild skips regions whose bitmap chunks are clean (written by no
+    /// one since it left). Never set for a spare; not recorded on disk, so a restart resumes
+    /// its rebuild in full from its `recovery_offset`.
+    bitmap_recovery: bool,
 }
 
 /// Public view of a device, for status displays.
@@ -296,6 +302,7 @@ impl Array {
                 data_offset: candidates[i].superblock.data_offset_sectors() * SECTOR_BYTES,
                 state,
                 failure: None,
+                bitmap_recovery: false,
             });
         };
         let rebuilding: Vec<(usize, u64)> = plan.rebuilding.iter().map(|r| (r.member, r.recovered_sectors)).collect();
@@ -354,6 +361,19 @@ impl Array {
                 }
             },
         };
+        // The bitmap is written on every kept device at its own superblock's offset, with
+        // the length of the bitmap read from the first member: each device's room must hold
+        // that much, or a crafted superblock could steer bitmap bits into its data area.
+        if let Some((state, _)) = &bitmap_state {
+            for d in &kept {
+                if let Err(problem) = uraid_core::metadata::check::check_bitmap(&d.sb, d.member.size_bytes(), &state.sb) {
+                    return Err(EngineError::Refused(format!(
+                        "{}: its superblock leaves no room for the array's write-intent bitmap ({problem}); leave it out",
+                        d.member.label()
+                    )));
+                }
+            }
+        }
         let name = match &newest {
             Superblock::V1(sb) => {
                 let end = sb.set_name.iter().position(|&b| b == 0).unwrap_or(sb.set_name.len());
@@ -457,6 +477,10 @@ impl Array {
                 _ => {}
             }
         }
+        // Under `meta`, as every change of the devices: a clean mark decides whether to clear
+        // the bitmap under `meta` too, so it never clears them once a role has gone missing.
+        let degraded = self.level.has_redundancy() && map.read.iter().any(|r| r.is_none());
+        self.lock_write_state().set_degraded(degraded);
         *self.io.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(map);
     }
 
@@ -464,13 +488,21 @@ impl Array {
 
     /// Writes every kept device's superblock with the current state, events bumped once, then
     /// flushes them. A device that cannot be written is failed (and the round repeated).
+    /// The bitmap's bits are left as they are; only the clean mark clears them
+    /// ([`Array::persist_clearing_bits`]).
     fn persist(&self, meta: &mut Meta, resync_offset: u64) {
+        self.persist_clearing_bits(meta, resync_offset, false)
+    }
+
+    /// [`Array::persist`]; with `clear_bits`, the bitmap's bits are written cleared and its
+    /// `events_cleared` set to the new events (the clean mark of an array in sync with every
+    /// member, every write flushed).
+    fn persist_clearing_bits(&self, meta: &mut Meta, resync_offset: u64, clear_bits: bool) {
         for _ in 0..meta.devices.len() + 1 {
             meta.events += 1;
             let events = meta.events;
             let now = now_seconds();
-            // Bits are cleared only when the array becomes clean with every write flushed.
-            self.bitmap_sync_events(meta, events, resync_offset == MAX_SECTOR);
+            self.bitmap_sync_events(meta, events, clear_bits);
             let mut newly_failed = Vec::new();
             let table = role_table(meta);
             let roles: Vec<DeviceRole> = table.iter().map(|(_, r)| *r).collect();
@@ -949,12 +981,14 @@ fn role_table(meta: &Meta) -> Vec<(u32, DeviceRole)> {
 /// superblock update, see [`role_table`]).
 fn assign_recovering(meta: &mut Meta, sp: usize, role: usize) {
     meta.devices[sp].state = DeviceState::Recovering { role, done: 0 };
+    meta.devices[sp].bitmap_recovery = false;
     meta.devices[sp].sb.set_recovery_offset(Some(0));
 }
 
 /// Records device `device` as in sync for `role` in every superblock (end of a rebuild).
 fn assign_in_sync(meta: &mut Meta, device: usize, role: usize) {
     meta.devices[device].state = DeviceState::InSync(role);
+    meta.devices[device].bitmap_recovery = false;
     meta.devices[device].sb.set_recovery_offset(None);
 }
 

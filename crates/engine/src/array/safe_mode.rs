@@ -133,9 +133,13 @@ impl Array {
         let result = self.flush().map(|()| {
             let mut meta = self.lock_meta();
             let resync = self.resync_pos.load(Ordering::Acquire);
-            self.persist(&mut meta, resync);
-            // The bitmap's bits are cleared on disk only with a complete resync.
-            resync == uraid_core::metadata::MAX_SECTOR
+            // The bitmap's bits are cleared on disk only with a complete resync and every role
+            // in sync (md keeps them while degraded: they are what a re-add resyncs). Decided
+            // under `meta`, which every change of the devices holds, so no member can go
+            // missing between the decision and the write.
+            let clear = resync == uraid_core::metadata::MAX_SECTOR && self.lock_write_state().clean_may_clear_bits();
+            self.persist_clearing_bits(&mut meta, resync, clear);
+            clear
         });
         let mut st = self.lock_write_state();
         match result {
