@@ -21,17 +21,20 @@ pub fn in_ci() -> bool {
 
 /// The workspace root (this crate lives in `crates/testkit`).
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    crate_dir.parent().and_then(Path::parent).map_or_else(|| crate_dir.join("../.."), Path::to_path_buf)
 }
 
 /// Records a skipped test: a `SKIPPED:` line, and a line in the ledger `scripts/test` reads.
 pub fn skip(test: &str, why: &str) {
     println!("SKIPPED: {test}: {why}");
     if let Some(ledger) = std::env::var_os("URAID_SKIP_LEDGER") {
-        // Appends of one short line are atomic enough between test processes; a lost line
-        // would only shorten the summary, never turn a failure into a pass.
+        // One write() of the whole line on an O_APPEND file: lines from parallel test
+        // threads and processes never interleave (a formatted write would issue a syscall
+        // per fragment). A lost line would only shorten the summary, never turn a failure
+        // into a pass.
         if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(ledger) {
-            let _ = writeln!(f, "{test}: {why}");
+            let _ = f.write_all(format!("{test}: {why}\n").as_bytes());
         }
     }
 }
@@ -55,7 +58,10 @@ pub const MDVM: SharedInput = SharedInput { name: "mdvm", env_override: "MDVM_DI
 impl SharedInput {
     /// Where it would be: the override, else `../shared/NAME` beside the workspace.
     pub fn path(&self) -> PathBuf {
-        std::env::var_os(self.env_override).map(PathBuf::from).unwrap_or_else(|| workspace_root().join("../shared").join(self.name))
+        std::env::var_os(self.env_override).map(PathBuf::from).unwrap_or_else(|| {
+            let root = workspace_root();
+            root.parent().unwrap_or(&root).join("shared").join(self.name)
+        })
     }
 }
 
