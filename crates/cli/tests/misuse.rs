@@ -131,6 +131,8 @@ fn a_served_array_s_members_are_refused_to_every_other_writer() {
     // Read-only commands still work, and say the array is live.
     let out = env.ok(&["read", "--length", "4096", MEMBERS[0], MEMBERS[1], MEMBERS[2]]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("is in use by process"), "{}", describe("uraid", &["read"], &out));
+    let out = env.ok(&["examine", MEMBERS[0]]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is in use by process"), "{}", describe("uraid", &["examine"], &out));
     assert_eq!(env.sums(&MEMBERS), before);
 }
 

@@ -216,6 +216,11 @@ fn examine_one(path: &Path) -> Examined {
             return e;
         }
     };
+    // examine takes no lock (it must never block a server), but says when what it shows
+    // is live.
+    if let Some(h) = std::fs::metadata(path).ok().and_then(|m| uraid_engine::ownership::holder(&m)) {
+        eprintln!("uraid: warning: {} is in use by {h}: the array is live, its superblock may change", path.display());
+    }
     let probe = uraid_engine::scan::probe(&member);
     if let Some((loc, sb)) = probe.best() {
         e.has_superblock = true;
