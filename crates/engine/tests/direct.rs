@@ -169,7 +169,7 @@ fn auto_mode_goes_direct_on_a_4k_sector_loop_device() {
     use std::os::unix::fs::MetadataExt;
     // /proc/self belongs to the process's effective user.
     if std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(1) != 0 {
-        eprintln!("skipped: needs root for losetup");
+        uraid_testkit::skip("direct: 4K-sector loop device", "needs root for losetup");
         return;
     }
     let dir = tempfile::tempdir_in("/tmp").unwrap();
@@ -179,11 +179,14 @@ fn auto_mode_goes_direct_on_a_4k_sector_loop_device() {
     let out = match std::process::Command::new("losetup").args(["--find", "--show", "--sector-size", "4096"]).arg(&backing).output() {
         Ok(out) if out.status.success() => out,
         Ok(out) => {
-            eprintln!("skipped: losetup failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+            uraid_testkit::skip(
+                "direct: 4K-sector loop device",
+                &format!("losetup failed: {}", String::from_utf8_lossy(&out.stderr).trim()),
+            );
             return;
         }
         Err(e) => {
-            eprintln!("skipped: no losetup: {e}");
+            uraid_testkit::skip("direct: 4K-sector loop device", &format!("no losetup: {e}"));
             return;
         }
     };
@@ -256,4 +259,33 @@ fn raid5_over_direct_members_reads_back_healthy_degraded_and_reassembled() {
     survivors.remove(2);
     let again = assemble(&open_all(&survivors), true);
     assert!(read_all(&again) == model, "after reassembly");
+}
+
+/// A block device opened for writing is held as the kernel holds md members: a second
+/// writable open (another uraid, or a second node of the same disk) is refused while the
+/// first lives; a read-only open still works (examine/read of a live array).
+#[test]
+fn a_block_device_is_held_exclusively_while_written() {
+    use std::os::unix::fs::MetadataExt;
+    if std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(1) != 0 {
+        uraid_testkit::skip("direct: block device exclusivity", "needs root for losetup");
+        return;
+    }
+    let dir = tempfile::tempdir_in("/tmp").unwrap();
+    let backing = dir.path().join("backing.img");
+    sized_file(&backing, 16 << 20);
+    let out = std::process::Command::new("losetup").args(["--find", "--show"]).arg(&backing).output().expect("losetup (util-linux)");
+    assert!(out.status.success(), "losetup: {}", String::from_utf8_lossy(&out.stderr));
+    let dev = LoopDevice(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()));
+    // A second name for the same device: a symlink (as /dev/disk/by-id/* are).
+    let alias = dir.path().join("alias");
+    std::os::unix::fs::symlink(&dev.0, &alias).unwrap();
+    let first = FileMember::open_with(&dev.0, true, IoMode::Buffered).unwrap();
+    for path in [&dev.0, &alias] {
+        let err = FileMember::open_with(path, true, IoMode::Buffered).err().expect("a second writer must be refused");
+        assert_eq!(err.kind(), std::io::ErrorKind::ResourceBusy, "{err}");
+    }
+    FileMember::open_with(&alias, false, IoMode::Buffered).expect("read-only opens are never blocked");
+    drop(first);
+    FileMember::open_with(&alias, true, IoMode::Buffered).expect("free again once the holder is gone");
 }
