@@ -111,7 +111,8 @@ fn resolve_devices(args: &ServeArgs) -> Result<Vec<PathBuf>> {
         }
     }
     if found.is_empty() {
-        bail!("no members of array {want:?} found in {:?}", args.scan);
+        let places: Vec<String> = args.scan.iter().map(|p| p.display().to_string()).collect();
+        bail!("no members of array {want:?} found in {}", places.join(", "));
     }
     Ok(found)
 }

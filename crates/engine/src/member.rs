@@ -292,9 +292,16 @@ impl FileMember {
         let kind = crate::ownership::check_kind(path)?;
         let mut options = OpenOptions::new();
         options.read(true).write(writable);
+        // O_NONBLOCK: should the path have been swapped for a FIFO since the check above,
+        // the open returns at once and the file-type check below refuses it. (It changes
+        // nothing for files and block devices, and is cleared right after the open.)
+        let mut flags = rustix::fs::OFlags::NONBLOCK;
         if writable && kind.file_type().is_block_device() {
+            flags |= rustix::fs::OFlags::EXCL;
+        }
+        {
             use std::os::unix::fs::OpenOptionsExt;
-            options.custom_flags(rustix::fs::OFlags::EXCL.bits() as i32);
+            options.custom_flags(flags.bits() as i32);
         }
         let file = options.open(path).map_err(|e| match e.raw_os_error() {
             Some(code) if code == rustix::io::Errno::BUSY.raw_os_error() => io::Error::new(
@@ -303,6 +310,7 @@ impl FileMember {
             ),
             _ => named(e),
         })?;
+        rustix::fs::fcntl_setfl(&file, rustix::fs::fcntl_getfl(&file)? - rustix::fs::OFlags::NONBLOCK)?;
         if writable {
             crate::ownership::claim(&file, path)?;
         }
