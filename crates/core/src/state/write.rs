@@ -261,6 +261,13 @@ impl WriteState {
     }
 
     /// For a begun write to bitmap chunks `c0..=c1`.
+    /// The bitmap chunks covering sync-range sectors `start..start+len`, when there is a
+    /// bitmap.
+    pub fn bitmap_chunks(&self, start: u64, len: u64) -> Option<(u64, u64)> {
+        let b = self.bitmap.as_ref()?;
+        Some((b.wanted.chunk_of_sector(start), b.wanted.chunk_of_sector(start.saturating_add(len.max(1) - 1))))
+    }
+
     pub fn bitmap_begin(&mut self, c0: u64, c1: u64) -> BitmapStep {
         assert!(self.writes_pending > 0 && self.mode == Mode::Active, "bitmap bits asked for outside a write");
         let Some(b) = &mut self.bitmap else { return BitmapStep::Durable };

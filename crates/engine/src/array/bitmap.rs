@@ -96,12 +96,7 @@ impl Array {
     /// Makes the bitmap bits for a write to array sectors `first..first+n` durable (see
     /// `safe_mode.rs`) and asserts the write may touch data.
     pub(super) fn bitmap_prepare_write(&self, first: u64, n: u64) {
-        let chunks = self.bitmap_range(first, n).and_then(|(start, len)| {
-            let guard = self.bitmap.lock().unwrap_or_else(|e| e.into_inner());
-            let per = guard.as_ref()?.sb.chunk_sectors();
-            Some((start / per, (start + len.max(1) - 1) / per))
-        });
-        self.bitmap_bits_durable(chunks);
+        self.bitmap_bits_durable(self.bitmap_range(first, n));
     }
 
     /// Before a resync or repair rewrites redundancy at sync-range sectors `pos..pos+n`: their
@@ -112,14 +107,7 @@ impl Array {
         if matches!(self.geometry, Geometry::Raid10(_)) {
             return;
         }
-        let chunks = {
-            let guard = self.bitmap.lock().unwrap_or_else(|e| e.into_inner());
-            guard.as_ref().map(|s| {
-                let per = s.sb.chunk_sectors();
-                (pos / per, (pos + n.max(1) - 1) / per)
-            })
-        };
-        self.bitmap_bits_durable(chunks);
+        self.bitmap_bits_durable(Some((pos, n)));
     }
 
     /// Writes the bitmap's bit area on every member in the array, then flushes them.

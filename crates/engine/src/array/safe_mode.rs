@@ -157,13 +157,14 @@ impl Array {
         self.lock_write_state().idle_active() && self.started.elapsed().as_millis() as u64 >= last + idle.as_millis() as u64
     }
 
-    /// Makes the bitmap bits for a begun write to sync-range chunks `c0..=c1` durable, then
+    /// Makes the bitmap bits for a begun write to sync-range sectors `start..start+len`
+    /// durable (the chunks are found under the state's lock: no other lock on this path), then
     /// asserts (release builds too) that the data may be written: the array durably active
     /// and the bits on disk. One bitmap write is in flight at a time, carrying every bit set
     /// so far; a writer whose bit is being written waits for that write.
-    pub(super) fn bitmap_bits_durable(&self, chunks: Option<(u64, u64)>) {
+    pub(super) fn bitmap_bits_durable(&self, sectors: Option<(u64, u64)>) {
         let mut st = self.lock_write_state();
-        if let Some((c0, c1)) = chunks {
+        if let Some((c0, c1)) = sectors.and_then(|(start, len)| st.bitmap_chunks(start, len)) {
             loop {
                 match st.bitmap_begin(c0, c1) {
                     BitmapStep::Durable => break,
