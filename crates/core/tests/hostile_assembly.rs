@@ -7,55 +7,14 @@
 //! superblock.
 
 use proptest::prelude::*;
-use std::alloc::{GlobalAlloc, Layout, System};
 use uraid_core::assemble::{assemble, AssembleOptions, Candidate, Decision};
 use uraid_core::metadata::check::check_superblock;
 use uraid_core::metadata::{Superblock, Superblock090, Superblock1, MD_SB_MAGIC};
 
 const ALLOCATION_LIMIT: usize = 64 << 20;
 
-struct Bounded;
-
-// SAFETY: forwards to the system allocator; refusing (null) is allowed by `GlobalAlloc`.
-unsafe impl GlobalAlloc for Bounded {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if layout.size() > ALLOCATION_LIMIT {
-            oversize(layout.size());
-            return std::ptr::null_mut();
-        }
-        // SAFETY: same layout, as the caller promised it for us.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if layout.size() > ALLOCATION_LIMIT {
-            oversize(layout.size());
-            return std::ptr::null_mut();
-        }
-        // SAFETY: as above.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if new_size > ALLOCATION_LIMIT {
-            oversize(new_size);
-            return std::ptr::null_mut();
-        }
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-/// Says why the process is about to abort (formatting to stderr does not allocate).
-fn oversize(size: usize) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "hostile_assembly: refused an allocation of {size} bytes (limit {ALLOCATION_LIMIT})");
-}
-
 #[global_allocator]
-static ALLOCATOR: Bounded = Bounded;
+static ALLOCATOR: uraid_testkit::BoundedAlloc<ALLOCATION_LIMIT> = uraid_testkit::BoundedAlloc;
 
 /// A 1.x superblock from arbitrary bytes: magic, version 1, `max_dev` that fits, the uuid
 /// shared by the whole case, the `super_offset` of a 1.2 superblock, a fixed checksum.

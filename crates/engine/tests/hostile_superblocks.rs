@@ -12,55 +12,14 @@ mod hostile;
 
 use hostile::{run, shapes, Case, Outcome, Target, Value, BITMAP_FIELDS, SB090_FIELDS, SB1_FIELDS};
 use proptest::prelude::*;
-use std::alloc::{GlobalAlloc, Layout, System};
 use uraid_core::metadata::MetadataVersion;
 
 /// Far above anything the engine needs for these arrays (its largest buffers are a few
 /// MiB), far below what a superblock's count or size could ask for.
 const ALLOCATION_LIMIT: usize = 256 << 20;
 
-struct Bounded;
-
-// SAFETY: forwards to the system allocator; refusing (null) is allowed by `GlobalAlloc`.
-unsafe impl GlobalAlloc for Bounded {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if layout.size() > ALLOCATION_LIMIT {
-            oversize(layout.size());
-            return std::ptr::null_mut();
-        }
-        // SAFETY: same layout, as the caller promised it for us.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if layout.size() > ALLOCATION_LIMIT {
-            oversize(layout.size());
-            return std::ptr::null_mut();
-        }
-        // SAFETY: as above.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if new_size > ALLOCATION_LIMIT {
-            oversize(new_size);
-            return std::ptr::null_mut();
-        }
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-/// Says why the process is about to abort (formatting to stderr does not allocate).
-fn oversize(size: usize) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "hostile_superblocks: refused an allocation of {size} bytes (limit {ALLOCATION_LIMIT})");
-}
-
 #[global_allocator]
-static ALLOCATOR: Bounded = Bounded;
+static ALLOCATOR: uraid_testkit::BoundedAlloc<ALLOCATION_LIMIT> = uraid_testkit::BoundedAlloc;
 
 fn value() -> impl Strategy<Value = Value> {
     prop_oneof![

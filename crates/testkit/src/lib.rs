@@ -8,7 +8,8 @@
 //! - without `CI`, the test is reported as skipped: a `SKIPPED:` line on stdout and a line in
 //!   the skip ledger (`$URAID_SKIP_LEDGER`, set by `scripts/test`), which `scripts/test`
 //!   prints in its closing summary.
-#![forbid(unsafe_code)]
+// `unsafe` only in `bounded_alloc` (a GlobalAlloc must be an unsafe impl).
+#![deny(unsafe_code)]
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -173,5 +174,55 @@ pub mod process {
             std::thread::sleep(Duration::from_millis(10));
         };
         Output { status, stdout: t_out.join().unwrap_or_default(), stderr: t_err.join().unwrap_or_default() }
+    }
+}
+
+/// A global allocator for tests that feed hostile input: any single allocation above
+/// `LIMIT` bytes aborts the test binary with a line saying so, so "a crafted superblock
+/// makes us allocate gigabytes" is a failure, not a slow pass (or an OOM kill). Use:
+/// `#[global_allocator] static A: uraid_testkit::BoundedAlloc<{ 64 << 20 }> = uraid_testkit::BoundedAlloc;`
+pub struct BoundedAlloc<const LIMIT: usize>;
+
+#[allow(unsafe_code)]
+mod bounded_alloc {
+    use super::BoundedAlloc;
+    use std::alloc::{GlobalAlloc, Layout, System};
+
+    /// Says why the process is about to abort (formatting to stderr does not allocate).
+    fn oversize(size: usize, limit: usize) {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "test allocator: refused an allocation of {size} bytes (limit {limit})");
+    }
+
+    // SAFETY: forwards to the system allocator; refusing (null) is allowed by `GlobalAlloc`.
+    unsafe impl<const LIMIT: usize> GlobalAlloc for BoundedAlloc<LIMIT> {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            if layout.size() > LIMIT {
+                oversize(layout.size(), LIMIT);
+                return std::ptr::null_mut();
+            }
+            // SAFETY: same layout, as the caller promised it for us.
+            unsafe { System.alloc(layout) }
+        }
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            if layout.size() > LIMIT {
+                oversize(layout.size(), LIMIT);
+                return std::ptr::null_mut();
+            }
+            // SAFETY: as above.
+            unsafe { System.alloc_zeroed(layout) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            // SAFETY: `ptr` came from `System` with this layout.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            if new_size > LIMIT {
+                oversize(new_size, LIMIT);
+                return std::ptr::null_mut();
+            }
+            // SAFETY: as above.
+            unsafe { System.realloc(ptr, layout, new_size) }
+        }
     }
 }
