@@ -273,6 +273,11 @@ pub struct FileMember {
     counters: Counters,
 }
 
+/// The process holding a lock on the device node at `path`, if any.
+fn node_holder(path: &Path) -> Option<crate::ownership::Holder> {
+    std::fs::metadata(path).ok().and_then(|m| crate::ownership::holder(&m))
+}
+
 impl FileMember {
     /// Opens with [`IoMode::Auto`]: direct I/O on block devices that accept it, buffered for
     /// files (see [`IoMode`] for why).
@@ -304,10 +309,15 @@ impl FileMember {
             options.custom_flags(flags.bits() as i32);
         }
         let file = options.open(path).map_err(|e| match e.raw_os_error() {
-            Some(code) if code == rustix::io::Errno::BUSY.raw_os_error() => io::Error::new(
-                io::ErrorKind::ResourceBusy,
-                format!("{}: in use (mounted, or held exclusively by md, another uraid or another program)", path.display()),
-            ),
+            Some(code) if code == rustix::io::Errno::BUSY.raw_os_error() => {
+                // Another uraid also holds a flock on the node, which names it; a mount or
+                // md holds the device without one.
+                let who = node_holder(path).map_or_else(
+                    || "in use (mounted, or held exclusively by md or another program)".to_string(),
+                    |h| format!("in use by {h}"),
+                );
+                io::Error::new(io::ErrorKind::ResourceBusy, format!("{}: {who}", path.display()))
+            }
             _ => named(e),
         })?;
         rustix::fs::fcntl_setfl(&file, rustix::fs::fcntl_getfl(&file)? - rustix::fs::OFlags::NONBLOCK)?;

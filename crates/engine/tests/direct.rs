@@ -284,6 +284,7 @@ fn a_block_device_is_held_exclusively_while_written() {
     for path in [&dev.0, &alias] {
         let err = FileMember::open_with(path, true, IoMode::Buffered).err().expect("a second writer must be refused");
         assert_eq!(err.kind(), std::io::ErrorKind::ResourceBusy, "{err}");
+        assert!(err.to_string().contains(&format!("in use by process {}", std::process::id())), "the holder is named: {err}");
     }
     FileMember::open_with(&alias, false, IoMode::Buffered).expect("read-only opens are never blocked");
     drop(first);
