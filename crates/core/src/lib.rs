@@ -7,4 +7,5 @@
 pub mod assemble;
 pub mod geometry;
 pub mod metadata;
+pub mod plan;
 pub mod state;

@@ -1,15 +1,12 @@
 //! RAID4/5/6 stripes: degraded reads by reconstruction, and writes that keep parity right.
 //!
 //! A write is cut into *segments*: the part of one stripe it touches, as a member-sector
-//! range `lo..hi` (the same on every member) and the data blocks written inside it. Each
-//! segment takes one of three paths, chosen as md chooses:
-//! - read-modify-write: read the old contents of the written ranges and old P/Q, fold the
-//!   change in (`update_pq` for Q, which needs md's Q slot of each block);
-//! - reconstruct-write: read the unwritten data blocks and compute P/Q afresh;
-//!   whichever reads fewer bytes, both only on a healthy stripe whose parity is known in
-//!   sync (a stripe not yet resynced always reconstructs, so bad parity is never folded);
-//! - full reconstruction: on a degraded stripe, read every present member, rebuild what is
-//!   missing, overlay the new data, compute P/Q, write every present member.
+//! range `lo..hi` (the same on every member) and the data blocks written inside it. The
+//! pure planner (`uraid_core::plan::parity`) decides each segment's path as md does —
+//! read-modify-write, reconstruct-write, full stripe or degraded — and lists its reads
+//! and writes; this file carries the plan out: the reads as one parallel batch (io_uring
+//! on direct members), the parity computation, then the writes of every segment of the
+//! request as one batch.
 //!
 //! All reads happen before any write, so a member failing during the reads only restarts
 //! the segment on the degraded path; a member failing during the writes is failed and the
@@ -18,6 +15,8 @@
 use super::{Array, EngineError, IoMap};
 use crate::parallel::{Bufs, MemberIo, Run};
 use uraid_core::geometry::{Location, MemberSector, Piece, Placement, StripeRoles, SECTOR_BYTES};
+use uraid_core::plan::parity::{self as plan, Compute};
+use uraid_core::plan::MemberRange;
 use uraid_parity::Block;
 
 /// One data block's new bytes inside a segment.
@@ -462,26 +461,26 @@ impl Array {
         let h = ((hi - lo) * SECTOR_BYTES) as usize;
         let _room = self.cache.reserve(((roles.data.len() + 2) * h) as u64);
         let stripe_end = (stripe + 1) * parity.chunk_sectors();
+        let block_writes: Vec<plan::BlockWrite> = writes
+            .iter()
+            .map(|w| plan::BlockWrite { data_index: w.data_index, sector: w.sector, sectors: w.bytes.len() as u64 / SECTOR_BYTES })
+            .collect();
         for _ in 0..=self.geometry.raid_disks() {
             self.check_alive()?;
             let io = self.io_map();
-            let mark = outs.len();
-            let healthy = roles.data.iter().chain([&roles.p]).chain(roles.q.iter()).all(|r| io.read[*r].is_some());
-            let in_sync = stripe_end <= self.resync_position();
-            let result = if healthy && in_sync {
-                let written: usize = writes.iter().map(|w| w.bytes.len()).sum();
-                let rcw_reads: usize =
-                    (0..roles.data.len()).filter(|i| !writes.iter().any(|w| w.data_index == *i && w.bytes.len() == h)).count() * h;
-                let rmw_reads = written + h * (1 + roles.q.is_some() as usize);
-                if rmw_reads < rcw_reads {
-                    self.segment_rmw(&io, &roles, lo, h, writes, outs)
-                } else {
-                    self.segment_rcw(&io, &roles, lo, h, writes, outs)
-                }
-            } else {
-                self.segment_reconstruct(&io, &roles, stripe, lo, hi, writes, outs)
+            let present: Vec<bool> = io.read.iter().map(Option::is_some).collect();
+            let request = plan::SegmentRequest {
+                stripe,
+                roles: &roles,
+                present: &present,
+                parity_in_sync: stripe_end <= self.resync_position(),
+                lo,
+                hi,
+                writes: &block_writes,
             };
-            match result {
+            let plan = plan::plan_write(&request).map_err(|e| EngineError::Failed(e.to_string()))?;
+            let mark = outs.len();
+            match self.carry_out(&io, &roles, &plan, lo, h, writes, outs) {
                 Ok(()) => return self.check_alive(),
                 Err(SegmentError::Retry) => {
                     outs.truncate(mark);
@@ -493,117 +492,110 @@ impl Array {
         Err(EngineError::Failed(format!("stripe {stripe}: members kept failing")))
     }
 
-    /// Reads one member range for a write path; a failure fails the member and asks for a retry.
-    fn read_for_write(&self, io: &IoMap, role: usize, sector: u64, out: &mut [u8]) -> Result<(), SegmentError> {
-        self.read_member(io, MemberSector { role, sector }, out).map_err(|_| SegmentError::Retry)
+    /// Reads `ranges` as one batch, all members at once ([`crate::parallel::run_member_io`]:
+    /// io_uring on direct members, else the I/O pool). A member whose read fails is failed
+    /// and the caller plans again (nothing has been written yet).
+    fn read_ranges(&self, io: &IoMap, ranges: &[MemberRange]) -> Result<Vec<Vec<u8>>, SegmentError> {
+        let mut bufs: Vec<Vec<u8>> = ranges.iter().map(|r| self.cache.buffer((r.sectors * SECTOR_BYTES) as usize)).collect();
+        let mut devices = Vec::with_capacity(ranges.len());
+        let mut batch = Vec::with_capacity(ranges.len());
+        for (range, buf) in ranges.iter().zip(bufs.iter_mut()) {
+            // The plan was made from this map, so a planned read's role is present in it.
+            let Some(rm) = io.read.get(range.role).and_then(Option::as_ref) else { return Err(SegmentError::Retry) };
+            devices.push((rm.device, rm.member.label()));
+            let run = Run { offset: rm.data_offset + range.sector * SECTOR_BYTES, bufs: Bufs::Read(vec![buf.as_mut_slice()]) };
+            batch.push(MemberIo { member: &*rm.member, runs: vec![run] });
+        }
+        let mut failed = false;
+        for ((device, label), result) in devices.into_iter().zip(crate::parallel::run_member_io(batch)) {
+            if let Err(e) = result {
+                self.fail_device(device, &format!("{label}: {e}"));
+                failed = true;
+            }
+        }
+        if failed {
+            return Err(SegmentError::Retry);
+        }
+        Ok(bufs)
     }
 
-    fn segment_rmw<'a>(
-        &self,
-        io: &IoMap,
-        roles: &StripeRoles,
-        lo: u64,
-        h: usize,
-        writes: &[BlockWrite<'a>],
-        outs: &mut Outs<'a>,
-    ) -> Result<(), SegmentError> {
-        let mut p = vec![0u8; h];
-        self.read_for_write(io, roles.p, lo, &mut p)?;
-        let mut q = match roles.q {
-            Some(qr) => {
-                let mut q = vec![0u8; h];
-                self.read_for_write(io, qr, lo, &mut q)?;
-                Some(q)
-            }
-            None => None,
-        };
-        let mut deltas = Vec::with_capacity(writes.len());
-        for w in writes {
-            let mut old = vec![0u8; w.bytes.len()];
-            self.read_for_write(io, roles.data[w.data_index], w.sector, &mut old)?;
-            for (o, n) in old.iter_mut().zip(w.bytes) {
-                *o ^= n;
-            }
-            deltas.push(old);
-        }
-        for (w, delta) in writes.iter().zip(&deltas) {
-            let off = ((w.sector - lo) * SECTOR_BYTES) as usize;
-            let range = off..off + delta.len();
-            match q.as_mut() {
-                None => {
-                    for (pb, d) in p[range].iter_mut().zip(delta) {
-                        *pb ^= d;
-                    }
-                }
-                Some(q) => {
-                    let slot = roles.q_exponents[w.data_index] as usize;
-                    let r = uraid_parity::update_pq(slot, &[delta.as_slice()], &mut p[range.clone()], &mut q[range]);
-                    // Release builds too: a refused update would leave P and Q stale on disk.
-                    assert!(r.is_ok(), "parity kernel refused the read-modify-write shapes: {r:?}");
-                }
-            }
-        }
-        push_stripe(outs, roles, lo, writes, p, q);
-        Ok(())
-    }
-
-    fn segment_rcw<'a>(
-        &self,
-        io: &IoMap,
-        roles: &StripeRoles,
-        lo: u64,
-        h: usize,
-        writes: &[BlockWrite<'a>],
-        outs: &mut Outs<'a>,
-    ) -> Result<(), SegmentError> {
-        let n = roles.data.len();
-        // Full-stripe write: parity straight from the caller's buffers, no copies, no reads.
-        if writes.len() == n && writes.iter().all(|w| w.bytes.len() == h && w.sector == lo) {
-            let mut by_index: Vec<&[u8]> = vec![&[]; n];
-            for w in writes {
-                by_index[w.data_index] = w.bytes;
-            }
-            let mut p = vec![0u8; h];
-            let mut q = roles.q.map(|_| vec![0u8; h]);
-            compute_parity_refs(roles, &by_index, &mut p, q.as_deref_mut());
-            push_stripe(outs, roles, lo, writes, p, q);
-            return Ok(());
-        }
-        let mut data = vec![Vec::new(); n];
-        for (i, block) in data.iter_mut().enumerate() {
-            *block = vec![0u8; h];
-            let covered = writes.iter().any(|w| w.data_index == i && w.bytes.len() == h);
-            if !covered {
-                self.read_for_write(io, roles.data[i], lo, block)?;
-            }
-        }
-        self.finish_full_stripe(roles, lo, h, data, writes, outs);
-        Ok(())
-    }
-
+    /// Carries out one segment's plan: its reads as one batch, its computation, and its
+    /// writes queued in `outs` (issued with the request's other segments).
     #[allow(clippy::too_many_arguments)]
-    fn segment_reconstruct<'a>(
+    fn carry_out<'a>(
         &self,
         io: &IoMap,
         roles: &StripeRoles,
-        stripe: u64,
+        plan: &plan::SegmentPlan,
         lo: u64,
-        hi: u64,
+        h: usize,
         writes: &[BlockWrite<'a>],
         outs: &mut Outs<'a>,
     ) -> Result<(), SegmentError> {
-        let h = ((hi - lo) * SECTOR_BYTES) as usize;
-        let (mut bufs, missing, p_missing, q_missing) = self.read_stripe_buffers(io, stripe, lo, hi)?;
-        // Blocks the write covers completely need no rebuilding; the rest must be rebuilt
-        // first, or the new parity would encode garbage for them.
-        let needs: Vec<usize> =
-            missing.iter().copied().filter(|i| !writes.iter().any(|w| w.data_index == *i && w.bytes.len() == h)).collect();
-        if !needs.is_empty() && !rebuild(roles, &mut bufs, &missing, p_missing, q_missing) {
-            return Err(SegmentError::Fatal(EngineError::Failed(format!(
-                "stripe {stripe}: too many members missing to keep data recoverable"
-            ))));
+        let read = self.read_ranges(io, &plan.reads)?;
+        // A plan reads each role at most once: look its buffer up by role.
+        let mut by_role: Vec<Option<Vec<u8>>> = vec![None; io.read.len()];
+        for (range, buf) in plan.reads.iter().zip(read) {
+            by_role[range.role] = Some(buf);
         }
-        self.finish_full_stripe(roles, lo, h, bufs.data, writes, outs);
+        let mut take = |role: usize| by_role[role].take();
+        match &plan.compute {
+            Compute::FullStripe => {
+                // Parity straight from the caller's buffers, no copies.
+                let mut by_index: Vec<&[u8]> = vec![&[]; roles.data.len()];
+                for w in writes {
+                    by_index[w.data_index] = w.bytes;
+                }
+                let mut p = vec![0u8; h];
+                let mut q = roles.q.map(|_| vec![0u8; h]);
+                compute_parity_refs(roles, &by_index, &mut p, q.as_deref_mut());
+                push_stripe(outs, roles, lo, writes, p, q);
+            }
+            Compute::ReadModifyWrite => {
+                let planned = "read-modify-write plan reads P, Q and every written range";
+                let mut p = take(roles.p).expect(planned);
+                let mut q = roles.q.map(|qr| take(qr).expect(planned));
+                for w in writes {
+                    let mut delta = take(roles.data[w.data_index]).expect(planned);
+                    for (o, n) in delta.iter_mut().zip(w.bytes) {
+                        *o ^= n;
+                    }
+                    let off = ((w.sector - lo) * SECTOR_BYTES) as usize;
+                    let range = off..off + delta.len();
+                    match q.as_mut() {
+                        None => {
+                            for (pb, d) in p[range].iter_mut().zip(&delta) {
+                                *pb ^= d;
+                            }
+                        }
+                        Some(q) => {
+                            let slot = roles.q_exponents[w.data_index] as usize;
+                            let r = uraid_parity::update_pq(slot, &[delta.as_slice()], &mut p[range.clone()], &mut q[range]);
+                            // Release builds too: a refused update would leave P and Q stale on disk.
+                            assert!(r.is_ok(), "parity kernel refused the read-modify-write shapes: {r:?}");
+                        }
+                    }
+                    self.cache.recycle(delta);
+                }
+                push_stripe(outs, roles, lo, writes, p, q);
+            }
+            Compute::ReconstructWrite => {
+                // Blocks not read are overwritten whole by the writes.
+                let data = roles.data.iter().map(|&r| take(r).unwrap_or_else(|| vec![0u8; h])).collect();
+                self.finish_full_stripe(roles, lo, h, data, writes, outs);
+            }
+            Compute::Degraded { rebuild: lost, p_lost, q_lost } => {
+                let mut bufs = StripeBuffers {
+                    data: roles.data.iter().map(|&r| take(r).unwrap_or_else(|| vec![0u8; h])).collect(),
+                    p: take(roles.p).unwrap_or_else(|| vec![0u8; h]),
+                    q: roles.q.map(|qr| take(qr).unwrap_or_else(|| vec![0u8; h])),
+                };
+                if !rebuild(roles, &mut bufs, lost, *p_lost, *q_lost) {
+                    return Err(SegmentError::Fatal(EngineError::Failed("stripe: too many members missing to rebuild".into())));
+                }
+                self.finish_full_stripe(roles, lo, h, bufs.data, writes, outs);
+            }
+        }
         Ok(())
     }
 
