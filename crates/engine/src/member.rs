@@ -503,18 +503,27 @@ fn dio_alignment(direct: &File, is_block: bool) -> io::Result<(usize, usize)> {
 /// Bytes of one bounce buffer: unaligned-memory direct requests are copied through it this
 /// much at a time.
 pub const BOUNCE_BYTES: usize = 1 << 20;
-/// Bounce buffers kept for reuse (one per member I/O thread is enough).
-const BOUNCE_POOL_MAX: usize = 8;
+/// Bounce buffers kept for reuse: enough for every request in flight to have one per
+/// member (NBD serves 32 requests per connection at once), bounded in bytes so a burst of
+/// large requests does not pin memory. A miss allocates (and zeroes) a new buffer: at 4 KiB
+/// random writes with the pool too small, that zeroing was a tenth of the server's CPU.
+const BOUNCE_POOL_MAX: usize = 256;
+const BOUNCE_POOL_MAX_BYTES: usize = 32 << 20;
 static BOUNCE_POOL: Mutex<Vec<AlignedBuf>> = Mutex::new(Vec::new());
 
-/// An aligned buffer from the pool (at least [`BOUNCE_BYTES`] long), returned to it on drop.
+/// An aligned buffer from the pool, returned to it on drop.
 pub(crate) struct Bounce(Option<AlignedBuf>);
 
 impl Bounce {
-    pub(crate) fn take(align: usize) -> Bounce {
-        let len = BOUNCE_BYTES.max(align);
+    /// A buffer of at least `want` bytes (rounded up to `align`), or [`BOUNCE_BYTES`] if
+    /// `want` is larger (the caller then goes through it a piece at a time). Sized to the
+    /// request, so a 4 KiB request does not take (and zero) a 1 MiB buffer.
+    pub(crate) fn take(align: usize, want: usize) -> Bounce {
+        let len = want.div_ceil(align).max(1).saturating_mul(align).min(BOUNCE_BYTES.max(align));
         let mut pool = BOUNCE_POOL.lock().unwrap_or_else(|e| e.into_inner());
-        let buf = match pool.iter().position(|b| b.align() >= align && b.len() >= len) {
+        let best =
+            pool.iter().enumerate().filter(|(_, b)| b.align() >= align && b.len() >= len).min_by_key(|(_, b)| b.len()).map(|(i, _)| i);
+        let buf = match best {
             Some(i) => pool.swap_remove(i),
             None => {
                 drop(pool);
@@ -532,7 +541,8 @@ impl Drop for Bounce {
     fn drop(&mut self) {
         if let Some(b) = self.0.take() {
             let mut pool = BOUNCE_POOL.lock().unwrap_or_else(|e| e.into_inner());
-            if pool.len() < BOUNCE_POOL_MAX {
+            let pooled: usize = pool.iter().map(|b| b.len()).sum();
+            if pool.len() < BOUNCE_POOL_MAX && pooled + b.len() <= BOUNCE_POOL_MAX_BYTES {
                 pool.push(b);
             }
         }
@@ -570,7 +580,7 @@ impl Cursor {
 /// alignment), one aligned bounce buffer's worth at a time: `staged` is the chunk of the
 /// buffer for bytes `at..at + staged.len()` of the request.
 fn through_bounce(d: &DirectFd, total: usize, mut step: impl FnMut(&mut [u8], u64) -> io::Result<()>) -> io::Result<()> {
-    let mut bounce = Bounce::take(d.bounce_align());
+    let mut bounce = Bounce::take(d.bounce_align(), total);
     let chunk = bounce.buf().len();
     let mut done = 0;
     while done < total {

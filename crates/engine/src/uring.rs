@@ -265,7 +265,7 @@ impl<'a> RingOp<'a> {
         let bounce = if fits {
             None
         } else if total <= BOUNCE_BYTES {
-            let mut bounce = Bounce::take(direct.bounce_align());
+            let mut bounce = Bounce::take(direct.bounce_align(), total);
             if let Bufs::Write(b) = &run.bufs {
                 let staged = &mut bounce.buf()[..total];
                 let mut at = 0;
