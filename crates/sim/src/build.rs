@@ -20,6 +20,8 @@ pub struct Spec {
     pub member_bytes: u64,
     pub metadata: MetadataVersion,
     pub sync: InitialSync,
+    /// Internal write-intent bitmap with this many bytes per bit.
+    pub bitmap_chunk: Option<u32>,
 }
 
 impl Spec {
@@ -33,6 +35,7 @@ impl Spec {
             member_bytes: 4 << 20,
             metadata: MetadataVersion::V1_2,
             sync: InitialSync::AssumeClean,
+            bitmap_chunk: None,
         }
     }
 }
@@ -56,6 +59,7 @@ pub fn create(spec: &Spec) -> Result<Vec<Arc<SimDisk>>, String> {
         req.chunk_bytes = Some(spec.chunk_kib * 1024);
     }
     req.initial_sync = spec.sync;
+    req.bitmap = spec.bitmap_chunk.map(|c| uraid_core::metadata::create::BitmapRequest { chunk_bytes: Some(c) });
     let plan = plan_create(&req).map_err(|e| e.to_string())?;
     let m: Vec<Option<Arc<dyn Member>>> = disks[..spec.disks].iter().map(|d| Some(d.clone() as Arc<dyn Member>)).collect();
     let s: Vec<Arc<dyn Member>> = disks[spec.disks..].iter().map(|d| d.clone() as Arc<dyn Member>).collect();

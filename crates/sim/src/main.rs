@@ -19,6 +19,8 @@ struct Args {
     start: Option<u64>,
     verbose: bool,
     quick: bool,
+    concurrent: bool,
+    clients: Option<usize>,
 }
 
 fn parse_u64(s: &str) -> Result<u64, String> {
@@ -31,7 +33,17 @@ fn parse_u64(s: &str) -> Result<u64, String> {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args { seed: None, seeds: None, long: false, duration_s: 300, start: None, verbose: false, quick: false };
+    let mut a = Args {
+        seed: None,
+        seeds: None,
+        long: false,
+        duration_s: 300,
+        start: None,
+        verbose: false,
+        quick: false,
+        concurrent: false,
+        clients: None,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
@@ -47,10 +59,13 @@ fn parse_args() -> Result<Args, String> {
             "--start" => a.start = Some(parse_u64(&value("--start")?)?),
             "--verbose" | "-v" => a.verbose = true,
             "--quick" => a.quick = true,
+            "--concurrent" => a.concurrent = true,
+            "--clients" => a.clients = Some(parse_u64(&value("--clients")?)? as usize),
             "--help" | "-h" => {
                 println!(
                     "uraid-sim --seed N [--verbose] | --seeds A..B | --long [--duration SECONDS] [--start N]\n\
-                     --quick: the test suite's small episodes (levels 1/5/6/10, 2-3 MiB members)"
+                     --quick: the test suite's small episodes (levels 1/5/6/10, 2-3 MiB members)\n\
+                     --concurrent [--clients N]: concurrent episodes (N clients, default 8, plus a cleaner and a job thread)"
                 );
                 std::process::exit(0);
             }
@@ -68,6 +83,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.concurrent {
+        return concurrent_main(&args);
+    }
     let limits = if args.quick { Limits::quick() } else { Limits::full() };
     if let Some(seed) = args.seed {
         return match run_seed(seed, &limits, args.verbose) {
@@ -84,18 +102,7 @@ fn main() -> ExitCode {
             }
         };
     }
-    let (start, end, deadline) = if let Some((lo, hi)) = args.seeds {
-        (lo, hi, None)
-    } else if args.long {
-        // A fresh start each run covers new seeds; the start is printed so a run can be
-        // repeated, and each failing seed is printed on its own anyway.
-        let start = args.start.unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
-        });
-        println!("long run from seed {start} for {} s", args.duration_s);
-        (start, u64::MAX, Some(Instant::now() + Duration::from_secs(args.duration_s)))
-    } else {
-        eprintln!("uraid-sim: give --seed N, --seeds A..B or --long (try --help)");
+    let Some((start, end, deadline)) = seed_range(&args, "") else {
         return ExitCode::from(2);
     };
     let began = Instant::now();
@@ -125,13 +132,81 @@ fn main() -> ExitCode {
         began.elapsed().as_secs_f64(),
         failed.len()
     );
-    if failed.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        println!("failing seeds: {failed:?}");
-        for s in failed.iter().take(5) {
-            println!("reproduce: cargo run -p uraid-sim --release -- --seed {s}{}", limits.cli_flags);
-        }
-        ExitCode::FAILURE
+    verdict(&failed, |s| format!("cargo run -p uraid-sim --release -- --seed {s}{}", limits.cli_flags))
+}
+
+/// `--concurrent`: the same seed selection, concurrent episodes.
+fn concurrent_main(args: &Args) -> ExitCode {
+    let mut limits = uraid_sim::ConcurrentLimits::default();
+    if let Some(c) = args.clients {
+        limits.clients = c.max(1);
     }
+    let single = args.seed.map(|s| (s, s + 1, None));
+    let Some((start, end, deadline)) = single.or_else(|| seed_range(args, "concurrent ")) else {
+        return ExitCode::from(2);
+    };
+    let began = Instant::now();
+    let (mut passed, mut failed) = (0u64, Vec::new());
+    let (mut ops, mut ticks, mut crashes, mut member_failures, mut checks, mut max_in_flight) = (0u64, 0u64, 0u64, 0u64, 0u64, 0usize);
+    let mut seed = start;
+    while seed < end && deadline.is_none_or(|d| Instant::now() < d) {
+        match uraid_sim::run_concurrent_seed(seed, &limits) {
+            Ok(o) => {
+                passed += 1;
+                ops += o.ops;
+                ticks += o.ticks;
+                crashes += o.crashed as u64;
+                member_failures += o.member_failed as u64;
+                checks += o.checks;
+                max_in_flight = max_in_flight.max(o.max_in_flight);
+                if args.verbose || args.seed.is_some() {
+                    println!("seed {seed} passed: {} ({} ops, {} ticks, max in flight {})", o.config, o.ops, o.ticks, o.max_in_flight);
+                }
+            }
+            Err(f) => {
+                println!("{f}\n");
+                failed.push(seed);
+            }
+        }
+        seed = seed.wrapping_add(1);
+    }
+    println!(
+        "concurrent: {} seeds in {:.1} s: {passed} passed, {} failed; {ops} operations, {ticks} member ticks, {crashes} crashes, \
+         {member_failures} member failures, {checks} check steps; max in flight: {max_in_flight}",
+        passed + failed.len() as u64,
+        began.elapsed().as_secs_f64(),
+        failed.len()
+    );
+    verdict(&failed, uraid_sim::concurrent::reproduce_concurrent)
+}
+
+/// The seeds `--seeds A..B` or `--long` select: (first, end, deadline); `None` (after saying
+/// why) when neither was given.
+fn seed_range(args: &Args, kind: &str) -> Option<(u64, u64, Option<Instant>)> {
+    if let Some((lo, hi)) = args.seeds {
+        return Some((lo, hi, None));
+    }
+    if !args.long {
+        eprintln!("uraid-sim: give --seed N, --seeds A..B or --long (try --help)");
+        return None;
+    }
+    // A fresh start each run covers new seeds; the start is printed so a run can be
+    // repeated, and each failing seed is printed on its own anyway.
+    let start = args
+        .start
+        .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0));
+    println!("long {kind}run from seed {start} for {} s", args.duration_s);
+    Some((start, u64::MAX, Some(Instant::now() + Duration::from_secs(args.duration_s))))
+}
+
+/// Success when no seed failed; else the failing seeds and how to replay the first few.
+fn verdict(failed: &[u64], reproduce: impl Fn(u64) -> String) -> ExitCode {
+    if failed.is_empty() {
+        return ExitCode::SUCCESS;
+    }
+    println!("failing seeds: {failed:?}");
+    for &s in failed.iter().take(5) {
+        println!("reproduce: {}", reproduce(s));
+    }
+    ExitCode::FAILURE
 }
