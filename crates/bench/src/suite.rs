@@ -20,7 +20,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uraid_core::geometry::Level;
-use uraid_engine::array::JobKind;
+use uraid_core::state::SpeedLimits;
+use uraid_engine::array::{JobKind, JobPacer};
 use uraid_engine::{FileMember, Member};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,8 +85,10 @@ pub struct SuiteConfig {
     /// throughput: bytes per job and record size.
     pub tp_bytes_per_job: u64,
     pub tp_record: u64,
-    /// Sectors per recovery step in the rebuild thread (smaller = fairer to the foreground).
+    /// Sectors per recovery step in the rebuild thread while no foreground request runs.
     pub rebuild_step_sectors: u64,
+    /// md's speed limits for the rebuild (`JobPacer`): max when idle, min under load.
+    pub rebuild_speed: SpeedLimits,
 }
 
 impl SuiteConfig {
@@ -113,6 +116,9 @@ impl SuiteConfig {
             tp_bytes_per_job: 32 << 20,
             tp_record: 64 << 10,
             rebuild_step_sectors: 8192,
+            // md's speed_limit_max; a min of 50 MiB/s instead of md's 1 MiB/s so the
+            // bench's rebuild ends in seconds while the foreground runs.
+            rebuild_speed: SpeedLimits { min_kib_s: 50 << 10, max_kib_s: 200_000 },
         }
     }
 
@@ -701,8 +707,14 @@ fn rebuild(r: &mut Runner, built: &Built, region: u64, degraded_state: &str) -> 
             }
             let start = Instant::now();
             let res = (|| {
+                // Paced as `uraid serve` paces it: foreground requests first.
+                let mut pacer = JobPacer::new(a, cfg.rebuild_speed, cfg.rebuild_step_sectors);
+                let mut pos = 0;
                 while a.pending_job() == Some(JobKind::Recovery) {
-                    a.recovery_step(cfg.rebuild_step_sectors).map_err(|e| e.to_string())?;
+                    let step = pacer.next_step(a);
+                    let done = a.recovery_step(step).map_err(|e| e.to_string())?.done_sectors;
+                    pacer.pause(done.saturating_sub(pos));
+                    pos = done;
                 }
                 Ok(())
             })();

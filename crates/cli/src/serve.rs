@@ -14,7 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use uraid_core::assemble::AssembleOptions;
-use uraid_engine::array::{CheckReport, JobKind};
+use uraid_core::state::SpeedLimits;
+use uraid_engine::array::{CheckReport, JobKind, JobPacer};
 use uraid_engine::{Array, ArrayOptions, DeviceState, FileMember, Member};
 
 #[derive(Args, Clone)]
@@ -336,7 +337,8 @@ impl Served {
     }
 
     /// The background job loop: requested check/repair, else pending recovery/resync,
-    /// rate-limited between speed_min and speed_max; marks the array clean when idle.
+    /// paced by [`JobPacer`] (speed_max when idle, speed_min while clients are busy, as md);
+    /// marks the array clean when idle.
     fn job_loop(&self) {
         // 4 MiB of member sectors per step: several recovery units, rebuilt concurrently,
         // and still fine-grained enough for the speed limits (20 ms at 200 MB/s).
@@ -366,7 +368,11 @@ impl Served {
             let pos0 = pos;
             self.set_running(Some((kind, pos, total, start, pos0)));
             let mut finished = false;
+            let limits = SpeedLimits { min_kib_s: self.args.speed_min, max_kib_s: self.args.speed_max };
+            let mut pacer = JobPacer::new(&self.array, limits, step);
             while !self.stop.load(Ordering::Acquire) {
+                let step = pacer.next_step(&self.array);
+                let before = pos;
                 let r = match kind {
                     JobKind::Resync => self.array.resync_step(step),
                     JobKind::Recovery => self.array.recovery_step(step),
@@ -392,14 +398,8 @@ impl Served {
                     finished = true;
                     break;
                 }
-                // md's limits: never faster than speed_max; the floor is speed_min (we have
-                // no competing-I/O signal, so speed_min only matters when speed_max < it).
-                let limit_kib = self.args.speed_max.max(self.args.speed_min) as f64;
-                let done_kib = (pos - pos0) as f64 / 2.0;
-                let ahead = done_kib / limit_kib - start.elapsed().as_secs_f64();
-                if ahead > 0.0 {
-                    std::thread::sleep(Duration::from_secs_f64(ahead.min(1.0)));
-                }
+                // md's limits: speed_max when idle, speed_min while clients are busy.
+                pacer.pause(pos.saturating_sub(before));
             }
             if matches!(kind, JobKind::Check | JobKind::Repair) {
                 let mut job = self.job.lock().unwrap_or_else(|e| e.into_inner());

@@ -12,6 +12,7 @@ use proptest::strategy::ValueTree;
 use uraid_core::geometry::{Level, ParityGeometry, RoleKind, StripeRoles};
 use uraid_core::plan::parity::{plan_write, BlockWrite, Compute, SegmentRequest};
 use uraid_core::plan::PlanError;
+use uraid_parity::testdata::Prng;
 
 const CHUNK: u64 = 8;
 
@@ -60,26 +61,12 @@ fn case() -> impl Strategy<Value = Case> {
     )
 }
 
-/// A small seeded generator, so one proptest value expands into a whole stripe.
-struct Bytes(u64);
-impl Bytes {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 fn build(roles: StripeRoles, seed: u64) -> Case {
-    let mut rng = Bytes(seed);
+    // One proptest value expands into a whole stripe through the parity crate's test PRNG.
+    let mut rng = Prng::new(seed);
     let members = roles.data.len() + 1 + roles.q.is_some() as usize;
     let n = roles.data.len();
-    let data: Vec<Vec<u8>> = (0..n).map(|_| (0..CHUNK).map(|_| rng.next() as u8).collect()).collect();
+    let data: Vec<Vec<u8>> = (0..n).map(|_| (0..CHUNK).map(|_| rng.next_u64() as u8).collect()).collect();
     let tolerated = 1 + roles.q.is_some() as u64;
     let mut present = vec![true; members];
     for _ in 0..rng.below(tolerated + 2) {
@@ -96,9 +83,9 @@ fn build(roles: StripeRoles, seed: u64) -> Case {
         for (i, &role) in roles.data.iter().enumerate() {
             disk[role][s] = data[i][s];
         }
-        disk[roles.p][s] = if parity_in_sync { p } else { rng.next() as u8 };
+        disk[roles.p][s] = if parity_in_sync { p } else { rng.next_u64() as u8 };
         if let Some(qr) = roles.q {
-            disk[qr][s] = if parity_in_sync { q } else { rng.next() as u8 };
+            disk[qr][s] = if parity_in_sync { q } else { rng.next_u64() as u8 };
         }
     }
     for (role, chunk) in disk.iter_mut().enumerate() {
@@ -118,7 +105,7 @@ fn build(roles: StripeRoles, seed: u64) -> Case {
             let start = rng.below(CHUNK);
             (start, 1 + rng.below(CHUNK - start))
         };
-        let bytes = (0..len).map(|_| rng.next() as u8).collect();
+        let bytes = (0..len).map(|_| rng.next_u64() as u8).collect();
         writes.push((BlockWrite { data_index: i, sector: start, sectors: len }, bytes));
     }
     if writes.is_empty() {

@@ -110,10 +110,11 @@ struct Gate {
     changed: Condvar,
 }
 
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+/// splitmix64's finalizer of `z`, a well-mixed hash of it, taken from the simulator's one
+/// PRNG: its step adds the golden-ratio constant before mixing, so that is undone first
+/// (keeping every concurrent seed recorded so far the same episode).
+fn mix(z: u64) -> u64 {
+    Prng::new(z.wrapping_sub(0x9E37_79B9_7F4A_7C15)).next_u64()
 }
 
 impl Gate {

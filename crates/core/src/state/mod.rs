@@ -8,6 +8,8 @@
 //! events and job positions are still kept by the engine's `Array` (see
 //! docs/ARCHITECTURE.md, "What is still to move").
 
+mod pace;
 mod write;
 
+pub use pace::{SpeedLimits, BUSY_STEP_SECTORS};
 pub use write::{BeginWrite, BitmapStep, CleanStep, Mode, WriteState};

@@ -2,14 +2,17 @@
 //! speed limits and cancellation live with the caller): initial/after-crash resync,
 //! recovery onto a spare, and check/repair. Each step works on whole stripes (parity levels)
 //! or chunks (mirrors) under the stripe locks, so it interleaves safely with I/O.
+//! [`JobPacer`] keeps a driver to md's speed limits (foreground requests first).
 //! Positions are member sectors from the data offset, as md's resync/recovery offsets are.
 
 use super::striped::compute_parity;
 use super::{Array, DeviceState, EngineError};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 use uraid_core::geometry::{Geometry, MemberSector, SECTOR_BYTES};
 use uraid_core::metadata::MAX_SECTOR;
+use uraid_core::state::SpeedLimits;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobKind {
@@ -447,4 +450,52 @@ enum SyncMode {
     Resync,
     Check,
     Repair,
+}
+
+/// Keeps a background job to md's speed limits: before each step [`JobPacer::next_step`]
+/// says how many sectors to do (small while users are busy), after it [`JobPacer::pause`]
+/// sleeps so the job runs no faster than `speed_limit_max`, or `speed_limit_min` while
+/// reads or writes reached the array since the last step (md's `is_mddev_idle`). The rule
+/// itself is pure: [`uraid_core::state::SpeedLimits`].
+pub struct JobPacer {
+    limits: SpeedLimits,
+    idle_step: u64,
+    seen: u64,
+    busy: bool,
+    /// Since the pace last changed (busy ↔ idle): when, and sectors done.
+    stretch: (Instant, u64),
+}
+
+impl JobPacer {
+    /// `idle_step`: sectors per step when nobody else uses the array.
+    pub fn new(array: &Array, limits: SpeedLimits, idle_step: u64) -> JobPacer {
+        JobPacer { limits, idle_step, seen: array.foreground_requests(), busy: false, stretch: (Instant::now(), 0) }
+    }
+
+    /// Sectors for the next step; notes whether users were busy since the last one.
+    pub fn next_step(&mut self, array: &Array) -> u64 {
+        let now = array.foreground_requests();
+        let busy = now != self.seen;
+        self.seen = now;
+        if busy != self.busy {
+            self.busy = busy;
+            self.stretch = (Instant::now(), 0);
+        }
+        self.limits.step_sectors(self.busy, self.idle_step)
+    }
+
+    /// Whether the last step saw users busy.
+    pub fn busy(&self) -> bool {
+        self.busy
+    }
+
+    /// After a step that moved `sectors`: sleeps so the stretch runs at the target speed
+    /// (at most half a second at a time, so a caller checks its stop flag often).
+    pub fn pause(&mut self, sectors: u64) {
+        self.stretch.1 += sectors;
+        let secs = self.limits.pause_after_s(self.busy, self.stretch.1, self.stretch.0.elapsed().as_secs_f64());
+        if secs > 0.0 {
+            std::thread::sleep(std::time::Duration::from_secs_f64(secs.min(0.5)));
+        }
+    }
 }

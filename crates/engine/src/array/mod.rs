@@ -14,7 +14,7 @@ mod recovery;
 mod safe_mode;
 mod striped;
 
-pub use jobs::{CheckReport, JobKind, JobProgress};
+pub use jobs::{CheckReport, JobKind, JobPacer, JobProgress};
 pub use manage::ReAdd;
 
 use crate::locks::StripeLocks;
@@ -44,6 +44,9 @@ pub enum EngineError {
     ReadOnly,
     #[error("array has failed: {0}")]
     Failed(String),
+    /// A stripe cannot be written: more of its members are lost than the level survives.
+    #[error("array has failed: {0}")]
+    Plan(#[from] uraid_core::plan::PlanError),
     #[error("{0}")]
     Invalid(String),
 }
@@ -192,6 +195,9 @@ pub struct Array {
     resync_pos: AtomicU64,
     /// When the last write finished (ms since the array was assembled), for idle marking.
     last_write_ms: AtomicU64,
+    /// Reads and writes begun by users: a background job seeing it move knows the array
+    /// is busy and holds itself to `speed_limit_min` ([`jobs::JobPacer`]).
+    foreground_requests: AtomicU64,
     started: std::time::Instant,
     locks: StripeLocks,
     cache: StripeCache,
@@ -398,6 +404,7 @@ impl Array {
             bitmap_waits: AtomicU64::new(0),
             resync_pos: AtomicU64::new(if level.has_redundancy() { resync_from } else { MAX_SECTOR }),
             last_write_ms: AtomicU64::new(0),
+            foreground_requests: AtomicU64::new(0),
             started: std::time::Instant::now(),
             locks: StripeLocks::default(),
             cache,
@@ -430,6 +437,12 @@ impl Array {
         self.writable
     }
     /// Member sectors below which redundancy is in sync (MAX_SECTOR: all).
+    /// How many reads and writes users have begun (a counter; background jobs compare
+    /// readings to tell whether the array is busy).
+    pub fn foreground_requests(&self) -> u64 {
+        self.foreground_requests.load(Ordering::Relaxed)
+    }
+
     pub fn resync_position(&self) -> u64 {
         self.resync_pos.load(Ordering::Acquire)
     }
@@ -644,6 +657,7 @@ impl Array {
     /// Reads `buf.len()` bytes at array byte `offset` (any alignment).
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), EngineError> {
         self.check_range(offset, buf.len())?;
+        self.foreground_requests.fetch_add(1, Ordering::Relaxed);
         if buf.is_empty() {
             return Ok(());
         }
@@ -759,6 +773,7 @@ impl Array {
     /// back under the same stripe locks.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), EngineError> {
         self.check_range(offset, data.len())?;
+        self.foreground_requests.fetch_add(1, Ordering::Relaxed);
         if data.is_empty() {
             return Ok(());
         }

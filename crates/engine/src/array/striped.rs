@@ -478,7 +478,7 @@ impl Array {
                 hi,
                 writes: &block_writes,
             };
-            let plan = plan::plan_write(&request).map_err(|e| EngineError::Failed(e.to_string()))?;
+            let plan = plan::plan_write(&request)?;
             let mark = outs.len();
             match self.carry_out(&io, &roles, &plan, lo, h, writes, outs) {
                 Ok(()) => return self.check_alive(),
