@@ -23,6 +23,7 @@ use uraid_core::geometry::Level;
 use uraid_core::state::SpeedLimits;
 use uraid_engine::array::{JobKind, JobPacer};
 use uraid_engine::{FileMember, Member};
+use uraid_parity::testdata::Prng;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -252,20 +253,6 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
 }
 
-/// xorshift64*: cheap per-thread offsets, reproducible per seed.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 /// Sequential `block` requests over `start..start+len`, wrapping to the start, until `cap`
 /// has passed (at least one request): short passes over a fast target would otherwise be
 /// measured in milliseconds and be mostly noise. Writes end with a flush, inside the timing
@@ -325,7 +312,7 @@ pub(crate) fn rand_run(t: &dyn Target, s: &RandSpec, stop: &(dyn Fn() -> bool + 
         let hs: Vec<_> = (0..s.threads)
             .map(|i| {
                 sc.spawn(move || {
-                    let mut rng = Rng(s.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ ((i as u64 + 1) * 0x1234_5678_9ABC_DEF1));
+                    let mut rng = Prng::new(s.seed ^ ((i as u64 + 1) * 0x1234_5678_9ABC_DEF1));
                     let mut buf = pattern(s.block as usize, i as u8);
                     let mut hist = LatHist::new();
                     let mut samples = Vec::new();
@@ -446,7 +433,7 @@ impl Runner<'_> {
                     let writer = sc.spawn(|| -> Result<Io, String> {
                         let buf = pattern(cfg.mixed_append_bytes as usize, 9);
                         let mut pos = [0u64; 10];
-                        let mut rng = Rng(0xC0FFEE);
+                        let mut rng = Prng::new(0xC0FFEE);
                         let mut hist = LatHist::new();
                         let (t0, mut ops) = (Instant::now(), 0u64);
                         // At least one append, so the row is never empty on a fast machine.
@@ -495,7 +482,7 @@ impl Runner<'_> {
                         sc.spawn(move || -> Result<Io, String> {
                             let start = j as u64 * per_job;
                             let mut buf = pattern(rec as usize, j as u8);
-                            let mut rng = Rng(j as u64 * 7919 + 17);
+                            let mut rng = Prng::new(j as u64 * 7919 + 17);
                             let mut hist = LatHist::new();
                             let n = per_job / rec;
                             let t0 = Instant::now();
@@ -843,7 +830,7 @@ mod tests {
 
     #[test]
     fn rng_stays_in_range() {
-        let mut r = Rng(42);
+        let mut r = Prng::new(42);
         assert!((0..10_000).all(|_| r.below(7) < 7));
     }
 }

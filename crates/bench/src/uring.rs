@@ -199,7 +199,7 @@ impl Stream {
         let slots = self.file_bytes / self.chunk;
         let k = match self.pattern {
             Pattern::Seq => i % slots,
-            Pattern::Rand => splitmix64(i ^ 0x5eed_1234_abcd) % slots,
+            Pattern::Rand => uraid_parity::testdata::Prng::new(i ^ 0x5eed_1234_abcd).next_u64() % slots,
         };
         k * self.chunk
     }
@@ -216,13 +216,6 @@ impl Stream {
         }
         Some(self.offset(i))
     }
-}
-
-fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// Called around each request with its member buffers (index = member) and offset: `before`

@@ -19,6 +19,7 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use uraid_parity::testdata::Prng;
 
 const BIN: &str = env!("CARGO_BIN_EXE_uraid");
 
@@ -458,28 +459,6 @@ impl Drop for JoinGuard {
 // Data
 // ---------------------------------------------------------------------------------------
 
-/// xorshift64: deterministic data without extra crates.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        let mut v = Vec::with_capacity(n + 8);
-        while v.len() < n {
-            v.extend_from_slice(&self.next().to_le_bytes());
-        }
-        v.truncate(n);
-        v
-    }
-}
-
 fn sha256(data: &[u8]) -> [u8; 32] {
     Sha256::digest(data).into()
 }
@@ -598,7 +577,7 @@ fn nbd_real_clients() {
 
     // nbdcopy a random image in (multi-conn by default) and out again.
     let image = env.path("image.bin");
-    let mut rng = Rng(0x5eed_1234_abcd_0001);
+    let mut rng = Prng::new(0x5eed_1234_abcd_0001);
     let data = rng.bytes(size as usize);
     let want = sha256(&data);
     std::fs::write(&image, &data).expect("write image");
@@ -683,7 +662,7 @@ fn fuse_failure_and_rebuild(case: &FailureCase) {
         let (written, count, stop_w, root) = (written.clone(), count.clone(), stop.clone(), stack.mnt.clone());
         JoinGuard(
             Some(std::thread::spawn(move || {
-                let mut rng = Rng(0xabad_cafe_0000_0001);
+                let mut rng = Prng::new(0xabad_cafe_0000_0001);
                 let mut live = 0usize;
                 for i in 0.. {
                     if stop_w.load(Ordering::Acquire) {
@@ -896,7 +875,7 @@ fn crash_kill9_then_resync() {
     let root = stack.mnt.clone();
 
     // Durable before the crash: a batch followed by `sync`, then files fsynced one by one.
-    let mut rng = Rng(0x0dd_ba11_cafe_0001);
+    let mut rng = Prng::new(0x0dd_ba11_cafe_0001);
     let mut durable: Manifest = Vec::new();
     std::fs::create_dir(root.join("synced")).expect("mkdir");
     for i in 0..8 {
@@ -932,7 +911,7 @@ fn crash_kill9_then_resync() {
         let (fsynced_live, count, stop_w, root) = (fsynced_live.clone(), count.clone(), stop.clone(), root.clone());
         JoinGuard(
             Some(std::thread::spawn(move || {
-                let mut rng = Rng(0x1234_5678_9abc_def1);
+                let mut rng = Prng::new(0x1234_5678_9abc_def1);
                 for i in 0.. {
                     if stop_w.load(Ordering::Acquire) {
                         return;

@@ -31,11 +31,12 @@
 //! 8. If members the newest superblock records as active were not given, the array is
 //!    not started unless `run` (mdadm `--run`): a member may merely have been forgotten.
 
+use crate::geometry::Level;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use crate::metadata::check::{bitmap_offset_from_superblock, check_superblock, SuperblockProblem};
-use crate::metadata::{ArrayShape, DeviceRole, FeatureMap, MdUuid, Raid10Layout, RaidLevel, Superblock};
+use crate::metadata::{ArrayShape, DeviceRole, FeatureMap, MdUuid, Personality, Raid10Layout, Superblock};
 
 /// A device with a decoded superblock, offered for assembly.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -404,7 +405,7 @@ fn plan_array(candidates: &[Candidate], group: &[usize], uuid: MdUuid, options: 
 
     if !has_enough_members(level, shape.raid_disks, shape.layout, true, &available) {
         let mut reason = match level {
-            RaidLevel::Raid10 => format!(
+            Personality::Array(Level::Raid10) => format!(
                 "too few members: raid10 ({}) has no copy left of some data; found {present} of \
                  {raid_disks}, missing roles {missing_list}",
                 raid10_layout_name(shape.layout)
@@ -478,7 +479,7 @@ fn unusable_superblock(label: &str, problem: &SuperblockProblem) -> String {
 fn inconsistent_member(candidates: &[Candidate], plan: &ArrayPlan) -> Option<String> {
     let newest = &candidates[plan.newest].superblock;
     let bitmap = bitmap_offset_from_superblock(newest);
-    let uses_size = !matches!(plan.shape.level, RaidLevel::Linear | RaidLevel::Raid0);
+    let uses_size = !matches!(plan.shape.level, Personality::Array(Level::Linear) | Personality::Array(Level::Raid0));
     let kept = plan
         .members
         .iter()
@@ -531,13 +532,13 @@ fn unsupported_reason(newest: &Superblock) -> Option<String> {
     let level = newest.level();
     if !matches!(
         level,
-        RaidLevel::Linear
-            | RaidLevel::Raid0
-            | RaidLevel::Raid1
-            | RaidLevel::Raid4
-            | RaidLevel::Raid5
-            | RaidLevel::Raid6
-            | RaidLevel::Raid10
+        Personality::Array(Level::Linear)
+            | Personality::Array(Level::Raid0)
+            | Personality::Array(Level::Raid1)
+            | Personality::Array(Level::Raid4)
+            | Personality::Array(Level::Raid5)
+            | Personality::Array(Level::Raid6)
+            | Personality::Array(Level::Raid10)
     ) {
         return Some(format!("{level} arrays are not supported by uraid; assemble it with mdadm"));
     }
@@ -563,11 +564,11 @@ fn unsupported_reason(newest: &Superblock) -> Option<String> {
     None
 }
 
-fn minimum_members(level: RaidLevel, raid_disks: u32) -> u32 {
+fn minimum_members(level: Personality, raid_disks: u32) -> u32 {
     match level {
-        RaidLevel::Raid1 => 1,
-        RaidLevel::Raid4 | RaidLevel::Raid5 => raid_disks.saturating_sub(1),
-        RaidLevel::Raid6 => raid_disks.saturating_sub(2),
+        Personality::Array(Level::Raid1) => 1,
+        Personality::Array(Level::Raid4) | Personality::Array(Level::Raid5) => raid_disks.saturating_sub(1),
+        Personality::Array(Level::Raid6) => raid_disks.saturating_sub(2),
         _ => raid_disks,
     }
 }
@@ -597,20 +598,18 @@ fn join_numbers(numbers: &[u32]) -> String {
 /// `clean` matters for raid4/5/6: a dirty array may have parity that does not match its
 /// data, so a missing member cannot be rebuilt safely. raid4 with only its parity member
 /// (the last) missing is fine even when dirty.
-pub fn has_enough_members(level: RaidLevel, raid_disks: u32, layout: u32, clean: bool, available: &[bool]) -> bool {
-    if raid_disks == 0 {
-        return false;
-    }
-    let is_available = |role: u32| available.get(role as usize).copied().unwrap_or(false);
-    let present = (0..raid_disks).filter(|r| is_available(*r)).count() as u32;
+pub fn has_enough_members(level: Personality, raid_disks: u32, layout: u32, clean: bool, available: &[bool]) -> bool {
+    let roles: Vec<bool> = (0..raid_disks as usize).map(|r| available.get(r).copied().unwrap_or(false)).collect();
+    let present = roles.iter().filter(|p| **p).count();
     match level {
-        RaidLevel::Raid10 => raid10_has_all_data(raid_disks, layout, available),
-        RaidLevel::Multipath | RaidLevel::Raid1 => present >= 1,
-        RaidLevel::Linear | RaidLevel::Raid0 => present == raid_disks,
-        RaidLevel::Raid4 if present + 1 == raid_disks && !is_available(raid_disks - 1) => true,
-        RaidLevel::Raid4 | RaidLevel::Raid5 => present >= if clean { raid_disks - 1 } else { raid_disks },
-        RaidLevel::Raid6 => present >= if clean { raid_disks.saturating_sub(2) } else { raid_disks },
-        RaidLevel::Faulty | RaidLevel::Other(_) => false,
+        Personality::Multipath => present >= 1,
+        Personality::Array(level) => {
+            let parity = matches!(level, Level::Raid4 | Level::Raid5 | Level::Raid6);
+            // RAID4 missing only its parity member (the last role) keeps every data block.
+            let raid4_parity_only = level == Level::Raid4 && present + 1 == roles.len() && roles.last() == Some(&false);
+            level.serves_all_data(layout, &roles) && (clean || !parity || present == roles.len() || raid4_parity_only)
+        }
+        Personality::Faulty | Personality::Other(_) => false,
     }
 }
 
@@ -649,19 +648,19 @@ mod tests {
 
     #[test]
     fn enough_for_parity_levels() {
-        let r5 = RaidLevel::Raid5;
+        let r5 = Personality::Array(Level::Raid5);
         assert!(has_enough_members(r5, 4, 2, true, &avail(&[1, 0, 1, 1])));
         assert!(!has_enough_members(r5, 4, 2, false, &avail(&[1, 0, 1, 1])));
         assert!(!has_enough_members(r5, 4, 2, true, &avail(&[1, 0, 0, 1])));
-        let r4 = RaidLevel::Raid4;
+        let r4 = Personality::Array(Level::Raid4);
         assert!(has_enough_members(r4, 4, 0, false, &avail(&[1, 1, 1, 0])));
         assert!(!has_enough_members(r4, 4, 0, false, &avail(&[0, 1, 1, 1])));
-        let r6 = RaidLevel::Raid6;
+        let r6 = Personality::Array(Level::Raid6);
         assert!(has_enough_members(r6, 5, 2, true, &avail(&[1, 0, 1, 0, 1])));
         assert!(!has_enough_members(r6, 5, 2, true, &avail(&[1, 0, 0, 0, 1])));
-        assert!(has_enough_members(RaidLevel::Raid1, 3, 0, false, &avail(&[0, 0, 1])));
-        assert!(!has_enough_members(RaidLevel::Raid0, 2, 0, true, &avail(&[1, 0])));
-        assert!(!has_enough_members(RaidLevel::Raid5, 0, 2, true, &[]));
+        assert!(has_enough_members(Personality::Array(Level::Raid1), 3, 0, false, &avail(&[0, 0, 1])));
+        assert!(!has_enough_members(Personality::Array(Level::Raid0), 2, 0, true, &avail(&[1, 0])));
+        assert!(!has_enough_members(Personality::Array(Level::Raid5), 0, 2, true, &[]));
     }
 
     #[test]

@@ -34,6 +34,7 @@
 
 use crate::build::{self, Spec};
 use crate::disk::SimDisk;
+use crate::model::SECTOR;
 use crate::prng::Prng;
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -46,7 +47,6 @@ use uraid_engine::array::{CheckReport, JobKind};
 use uraid_engine::{Array, ArrayOptions, Member};
 
 const BLOCK: usize = 4096;
-const SECTOR: usize = 512;
 /// A thread that has made no progress for this long (real time) is reported as hung: a
 /// deadlock, not slowness (a tick takes microseconds).
 const HANG_GUARD: Duration = Duration::from_secs(60);

@@ -23,7 +23,7 @@ use std::io;
 use std::sync::{Mutex, MutexGuard};
 use uraid_engine::Member;
 
-const SECTOR: u64 = 512;
+const SECTOR: u64 = uraid_core::geometry::SECTOR_BYTES;
 
 /// How many operations of each kind a disk has served, for traces and reproduction.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -462,17 +462,8 @@ impl Sim {
 
     /// Can the level serve all data with the roles in `bad` lost?
     fn survivable(&self, bad: &[bool]) -> bool {
-        let lost = bad.iter().filter(|b| **b).count();
-        match self.cfg.level {
-            Level::Linear | Level::Raid0 => lost == 0,
-            Level::Raid1 => lost < self.cfg.disks,
-            Level::Raid4 | Level::Raid5 => lost <= 1,
-            Level::Raid6 => lost <= 2,
-            Level::Raid10 => {
-                let present: Vec<bool> = bad.iter().map(|b| !b).collect();
-                uraid_core::assemble::raid10_has_all_data(self.cfg.disks as u32, self.cfg.layout.unwrap_or(0x102), &present)
-            }
-        }
+        let present: Vec<bool> = bad.iter().map(|b| !b).collect();
+        self.cfg.level.serves_all_data(self.cfg.layout.unwrap_or(0x102), &present)
     }
 
     fn check_not_failed(&self) -> Check {

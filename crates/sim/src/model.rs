@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 
-pub const SECTOR: usize = 512;
+/// md's sector, as the model counts it.
+pub const SECTOR: usize = uraid_core::geometry::SECTOR_BYTES as usize;
 
 pub struct Model {
     /// What reads must return now (every acknowledged write applied).

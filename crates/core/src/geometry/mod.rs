@@ -74,6 +74,24 @@ impl Level {
         !matches!(self, Level::Linear | Level::Raid0)
     }
 
+    /// md's "can it survive these losses" rule, the one copy of it: can an array of this
+    /// level serve all its data with the roles marked `present` (index = role, one entry
+    /// per raid disk) and the rest lost? `layout` matters for RAID10 only. Whether a dirty
+    /// parity array may start degraded is a further rule, in
+    /// [`crate::assemble::has_enough_members`].
+    pub fn serves_all_data(self, layout: u32, present: &[bool]) -> bool {
+        let n = present.len();
+        let lost = present.iter().filter(|p| !**p).count();
+        n > 0
+            && match self {
+                Level::Linear | Level::Raid0 => lost == 0,
+                Level::Raid1 => lost < n,
+                Level::Raid4 | Level::Raid5 => lost <= 1,
+                Level::Raid6 => lost <= 2,
+                Level::Raid10 => crate::assemble::raid10_has_all_data(n as u32, layout, present),
+            }
+    }
+
     /// The superblock `level` value of this level.
     pub fn to_md(self) -> i32 {
         match self {

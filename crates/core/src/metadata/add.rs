@@ -6,7 +6,7 @@ use super::sb090::DiskDescriptor090;
 use super::sb1::FeatureMap;
 use super::{sb090_offset_sectors, sb10_offset_sectors, DeviceRole, MetadataVersion, Superblock};
 
-const SECTOR_BYTES: u64 = 512;
+use crate::geometry::SECTOR_BYTES;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AddError {

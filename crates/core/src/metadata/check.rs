@@ -44,7 +44,8 @@
 use super::bitmap::{BitmapSuperblock, BITMAP_SUPER_BYTES};
 use super::sb090::SB090_BYTES;
 use super::sb1::{FeatureMap, SB1_MAX_BYTES};
-use super::{sb090_offset_sectors, RaidLevel, Superblock, Superblock090, Superblock1, SECTOR_BYTES};
+use super::{sb090_offset_sectors, Personality, Superblock, Superblock090, Superblock1, SECTOR_BYTES};
+use crate::geometry::Level;
 
 /// md's device limit for 1.x metadata: `(4096 - 256) / 2`.
 pub const SB1_MAX_DISKS: u32 = ((SB1_MAX_BYTES - super::sb1::SB1_FIXED_BYTES) / 2) as u32;
@@ -128,7 +129,7 @@ fn md_version(sb: &Superblock) -> &'static str {
 /// Levels whose members each hold `size` sectors of the array (md's `dev_sectors`); raid0
 /// and linear use every member's whole data area instead.
 fn uses_component_size(level: i32) -> bool {
-    !matches!(RaidLevel::from_raw(level), RaidLevel::Linear | RaidLevel::Raid0)
+    !matches!(Personality::from_raw(level), Personality::Array(Level::Linear) | Personality::Array(Level::Raid0))
 }
 
 /// Checks one superblock found on a device of `dev_size_bytes`, against the device and
@@ -277,8 +278,8 @@ pub fn check_bitmap(sb: &Superblock, dev_size_bytes: u64, bitmap: &BitmapSuperbl
     }
     let shape = sb.shape();
     let needed = match shape.level {
-        RaidLevel::Raid10 => shape.array_size_sectors(&[]).unwrap_or(0),
-        RaidLevel::Linear | RaidLevel::Raid0 => 0,
+        Personality::Array(Level::Raid10) => shape.array_size_sectors(&[]).unwrap_or(0),
+        Personality::Array(Level::Linear) | Personality::Array(Level::Raid0) => 0,
         _ => shape.component_size_sectors,
     };
     if bitmap.sync_size_sectors < needed {

@@ -44,7 +44,7 @@ use super::sb1::{FeatureMap, MdTime, Superblock1, SB1_FIXED_BYTES, SB1_MAX_DEV_L
 use super::{sb090_offset_sectors, sb10_offset_sectors, DeviceRole, MetadataVersion, Superblock, MAX_SECTOR};
 use crate::geometry::{ArraySpec, Geometry, GeometryError, Level};
 
-const SECTOR_BYTES: u64 = 512;
+use crate::geometry::SECTOR_BYTES;
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
 

@@ -18,6 +18,7 @@ pub mod sb090;
 pub mod sb1;
 mod update;
 
+use crate::geometry::Level;
 use std::fmt;
 
 pub use bitmap::{BitmapSuperblock, WriteIntentBits};
@@ -30,7 +31,7 @@ pub const MD_SB_MAGIC: u32 = 0xa92b_4efc;
 /// md's "no sector": `resync_offset` / `recovery_offset` value meaning "nothing pending".
 pub const MAX_SECTOR: u64 = u64::MAX;
 
-const SECTOR_BYTES: u64 = 512;
+use crate::geometry::SECTOR_BYTES;
 
 /// Why bytes are not a usable superblock or bitmap.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -76,61 +77,51 @@ impl fmt::Display for MdUuid {
     }
 }
 
-/// md personality, from the superblock's signed `level`.
+/// md personality, from the superblock's signed `level`: one of the array levels uraid
+/// serves ([`Level`], the one level enum), or a personality it only recognizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RaidLevel {
-    Linear,
-    Raid0,
-    Raid1,
-    Raid4,
-    Raid5,
-    Raid6,
-    Raid10,
+pub enum Personality {
+    Array(Level),
     Multipath,
     Faulty,
     Other(i32),
 }
 
-impl RaidLevel {
+impl Personality {
     pub fn from_raw(level: i32) -> Self {
-        match level {
-            -1 => Self::Linear,
-            0 => Self::Raid0,
-            1 => Self::Raid1,
-            4 => Self::Raid4,
-            5 => Self::Raid5,
-            6 => Self::Raid6,
-            10 => Self::Raid10,
-            -4 => Self::Multipath,
-            -5 => Self::Faulty,
-            other => Self::Other(other),
+        match (Level::from_md(level), level) {
+            (Ok(l), _) => Self::Array(l),
+            (Err(_), -4) => Self::Multipath,
+            (Err(_), -5) => Self::Faulty,
+            (Err(_), other) => Self::Other(other),
         }
     }
 
     pub fn raw(self) -> i32 {
         match self {
-            Self::Linear => -1,
-            Self::Raid0 => 0,
-            Self::Raid1 => 1,
-            Self::Raid4 => 4,
-            Self::Raid5 => 5,
-            Self::Raid6 => 6,
-            Self::Raid10 => 10,
+            Self::Array(l) => l.to_md(),
             Self::Multipath => -4,
             Self::Faulty => -5,
             Self::Other(other) => other,
         }
     }
+
+    /// The array level, when it is one uraid serves.
+    pub fn level(self) -> Option<Level> {
+        match self {
+            Self::Array(l) => Some(l),
+            _ => None,
+        }
+    }
 }
 
-impl fmt::Display for RaidLevel {
+impl fmt::Display for Personality {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Linear => f.write_str("linear"),
+            Self::Array(l) => l.fmt(f),
             Self::Multipath => f.write_str("multipath"),
             Self::Faulty => f.write_str("faulty"),
             Self::Other(level) => write!(f, "level {level}"),
-            other => write!(f, "raid{}", other.raw()),
         }
     }
 }
@@ -290,7 +281,7 @@ pub fn detect<E>(dev_size_bytes: u64, mut read_at: impl FnMut(u64, usize) -> Res
 /// The array-wide numbers that decide md's array size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ArrayShape {
-    pub level: RaidLevel,
+    pub level: Personality,
     pub raid_disks: u32,
     pub layout: u32,
     /// 0 for levels without chunks (raid1, linear).
@@ -303,15 +294,15 @@ pub struct ArrayShape {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ArraySizeError {
     #[error("{level} needs the data size of each of its {raid_disks} members, got {given}")]
-    MemberSizesNeeded { level: RaidLevel, raid_disks: u32, given: usize },
+    MemberSizesNeeded { level: Personality, raid_disks: u32, given: usize },
     #[error("{level} with chunk size 0 sectors")]
-    ZeroChunk { level: RaidLevel },
+    ZeroChunk { level: Personality },
     #[error("raid10 layout {0:#x} is not valid (near and far copies must be at least 1)")]
     BadRaid10Layout(u32),
     #[error("{level} with {raid_disks} members has no data capacity")]
-    TooFewMembers { level: RaidLevel, raid_disks: u32 },
+    TooFewMembers { level: Personality, raid_disks: u32 },
     #[error("array size is not defined for {0}")]
-    UnsupportedLevel(RaidLevel),
+    UnsupportedLevel(Personality),
 }
 
 /// raid10 layout word: `near | far << 8 | offset << 16 | far_set_mode << 17`.
@@ -356,7 +347,7 @@ impl ArrayShape {
         let size = self.component_size_sectors;
         let too_few = ArraySizeError::TooFewMembers { level, raid_disks: self.raid_disks };
         match level {
-            RaidLevel::Linear | RaidLevel::Raid0 => {
+            Personality::Array(Level::Linear) | Personality::Array(Level::Raid0) => {
                 if member_data_sizes_sectors.len() != self.raid_disks as usize {
                     return Err(ArraySizeError::MemberSizesNeeded {
                         level,
@@ -364,7 +355,7 @@ impl ArrayShape {
                         given: member_data_sizes_sectors.len(),
                     });
                 }
-                if level == RaidLevel::Linear {
+                if level == Personality::Array(Level::Linear) {
                     return Ok(member_data_sizes_sectors.iter().sum());
                 }
                 if chunk == 0 {
@@ -372,16 +363,16 @@ impl ArrayShape {
                 }
                 Ok(member_data_sizes_sectors.iter().map(|s| s / chunk * chunk).sum())
             }
-            RaidLevel::Raid1 | RaidLevel::Multipath => Ok(size),
-            RaidLevel::Raid4 | RaidLevel::Raid5 | RaidLevel::Raid6 => {
-                let parity = if level == RaidLevel::Raid6 { 2 } else { 1 };
+            Personality::Array(Level::Raid1) | Personality::Multipath => Ok(size),
+            Personality::Array(Level::Raid4) | Personality::Array(Level::Raid5) | Personality::Array(Level::Raid6) => {
+                let parity = if level == Personality::Array(Level::Raid6) { 2 } else { 1 };
                 let data_disks = raid_disks.checked_sub(parity).filter(|d| *d > 0).ok_or(too_few)?;
                 if chunk == 0 {
                     return Err(ArraySizeError::ZeroChunk { level });
                 }
                 Ok(size / chunk * chunk * data_disks)
             }
-            RaidLevel::Raid10 => {
+            Personality::Array(Level::Raid10) => {
                 let geometry = Raid10Layout::from_raw(self.layout).ok_or(ArraySizeError::BadRaid10Layout(self.layout))?;
                 if chunk == 0 {
                     return Err(ArraySizeError::ZeroChunk { level });
@@ -399,7 +390,7 @@ impl ArrayShape {
                 // raid10_size with that per-device size.
                 Ok(dev_chunks / far * raid_disks / near * chunk)
             }
-            RaidLevel::Faulty | RaidLevel::Other(_) => Err(ArraySizeError::UnsupportedLevel(level)),
+            Personality::Faulty | Personality::Other(_) => Err(ArraySizeError::UnsupportedLevel(level)),
         }
     }
 }
@@ -460,10 +451,10 @@ impl Superblock {
         }
     }
 
-    pub fn level(&self) -> RaidLevel {
+    pub fn level(&self) -> Personality {
         match self {
-            Self::V090(sb) => RaidLevel::from_raw(sb.level),
-            Self::V1(sb) => RaidLevel::from_raw(sb.level),
+            Self::V090(sb) => Personality::from_raw(sb.level),
+            Self::V1(sb) => Personality::from_raw(sb.level),
         }
     }
 
@@ -593,30 +584,30 @@ mod tests {
         assert_eq!(sb10_offset_sectors(24 * 512 + 7 * 512), Some(8));
     }
 
-    fn shape(level: RaidLevel, raid_disks: u32, layout: u32, chunk: u32, size: u64) -> ArrayShape {
+    fn shape(level: Personality, raid_disks: u32, layout: u32, chunk: u32, size: u64) -> ArrayShape {
         ArrayShape { level, raid_disks, layout, chunk_sectors: chunk, component_size_sectors: size }
     }
 
     #[test]
     fn array_sizes_match_corpus() {
         // Numbers from /work/shared/md-corpus manifests (array_size_bytes / 512).
-        let linear = shape(RaidLevel::Linear, 3, 0, 0, 0);
+        let linear = shape(Personality::Array(Level::Linear), 3, 0, 0, 0);
         assert_eq!(linear.array_size_sectors(&[14336, 22528, 30720]), Ok(67584));
-        let raid0 = shape(RaidLevel::Raid0, 3, 0, 128, 0);
+        let raid0 = shape(Personality::Array(Level::Raid0), 3, 0, 128, 0);
         assert_eq!(raid0.array_size_sectors(&[30720; 3]), Ok(92160));
         assert_eq!(raid0.array_size_sectors(&[14336 + 5, 22528, 30720]), Ok(67584));
         assert!(raid0.array_size_sectors(&[1]).is_err());
-        assert_eq!(shape(RaidLevel::Raid1, 2, 0, 0, 32640).array_size_sectors(&[]), Ok(32640));
-        assert_eq!(shape(RaidLevel::Raid5, 4, 2, 128, 30720).array_size_sectors(&[]), Ok(92160));
-        assert_eq!(shape(RaidLevel::Raid5, 4, 2, 128, 32640).array_size_sectors(&[]), Ok(97920));
-        assert_eq!(shape(RaidLevel::Raid6, 4, 2, 1024, 28672).array_size_sectors(&[]), Ok(57344));
-        assert_eq!(shape(RaidLevel::Raid6, 5, 2, 128, 30720).array_size_sectors(&[]), Ok(92160));
-        assert_eq!(shape(RaidLevel::Raid10, 4, 0x102, 1024, 28672).array_size_sectors(&[]), Ok(57344));
-        assert_eq!(shape(RaidLevel::Raid10, 4, 0x201, 1024, 28672).array_size_sectors(&[]), Ok(57344));
+        assert_eq!(shape(Personality::Array(Level::Raid1), 2, 0, 0, 32640).array_size_sectors(&[]), Ok(32640));
+        assert_eq!(shape(Personality::Array(Level::Raid5), 4, 2, 128, 30720).array_size_sectors(&[]), Ok(92160));
+        assert_eq!(shape(Personality::Array(Level::Raid5), 4, 2, 128, 32640).array_size_sectors(&[]), Ok(97920));
+        assert_eq!(shape(Personality::Array(Level::Raid6), 4, 2, 1024, 28672).array_size_sectors(&[]), Ok(57344));
+        assert_eq!(shape(Personality::Array(Level::Raid6), 5, 2, 128, 30720).array_size_sectors(&[]), Ok(92160));
+        assert_eq!(shape(Personality::Array(Level::Raid10), 4, 0x102, 1024, 28672).array_size_sectors(&[]), Ok(57344));
+        assert_eq!(shape(Personality::Array(Level::Raid10), 4, 0x201, 1024, 28672).array_size_sectors(&[]), Ok(57344));
         // 3 disks near=2: 10 chunks per device hold 15 array chunks.
-        assert_eq!(shape(RaidLevel::Raid10, 3, 0x102, 8, 80).array_size_sectors(&[]), Ok(120));
-        assert!(shape(RaidLevel::Raid10, 4, 0, 8, 80).array_size_sectors(&[]).is_err());
-        assert!(shape(RaidLevel::Raid5, 1, 2, 8, 80).array_size_sectors(&[]).is_err());
+        assert_eq!(shape(Personality::Array(Level::Raid10), 3, 0x102, 8, 80).array_size_sectors(&[]), Ok(120));
+        assert!(shape(Personality::Array(Level::Raid10), 4, 0, 8, 80).array_size_sectors(&[]).is_err());
+        assert!(shape(Personality::Array(Level::Raid5), 1, 2, 8, 80).array_size_sectors(&[]).is_err());
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! Byte offsets are in `docs/FORMAT.md`.
 
 use super::codec::{array_at, i32_at, md_checksum, put_bytes, put_i32, put_u32, put_u64, u32_at, u64_at};
-use super::{ArrayShape, DeviceRole, MdUuid, MetadataError, RaidLevel, MD_SB_MAGIC};
+use super::{ArrayShape, DeviceRole, MdUuid, MetadataError, Personality, MD_SB_MAGIC};
 
 /// Size of the whole 0.90 superblock.
 pub const SB090_BYTES: usize = 4096;
@@ -304,7 +304,7 @@ impl Superblock090 {
 
     pub fn shape(&self) -> ArrayShape {
         ArrayShape {
-            level: RaidLevel::from_raw(self.level),
+            level: Personality::from_raw(self.level),
             raid_disks: self.raid_disks,
             layout: self.layout,
             chunk_sectors: self.chunk_size_bytes / 512,

@@ -5,7 +5,7 @@
 //! `docs/FORMAT.md`.
 
 use super::codec::{array_at, i32_at, md_checksum, put_bytes, put_i32, put_u16, put_u32, put_u64, u16_at, u32_at, u64_at};
-use super::{ArrayShape, DeviceRole, MdUuid, MetadataError, MetadataVersion, RaidLevel, MAX_SECTOR, MD_SB_MAGIC};
+use super::{ArrayShape, DeviceRole, MdUuid, MetadataError, MetadataVersion, Personality, MAX_SECTOR, MD_SB_MAGIC};
 
 /// Bytes before `dev_roles[]`.
 pub const SB1_FIXED_BYTES: usize = 256;
@@ -90,7 +90,7 @@ pub struct Superblock1 {
     /// Array name, NUL padded (mdadm writes `host:name`).
     pub set_name: [u8; 32],
     pub ctime: MdTime,
-    /// Signed md level; see [`RaidLevel::from_raw`].
+    /// Signed md level; see [`Personality::from_raw`].
     pub level: i32,
     pub layout: u32,
     /// md `size`: sectors of each member used by the array (0 for raid0/linear).
@@ -343,7 +343,7 @@ impl Superblock1 {
 
     pub fn shape(&self) -> ArrayShape {
         ArrayShape {
-            level: RaidLevel::from_raw(self.level),
+            level: Personality::from_raw(self.level),
             raid_disks: self.raid_disks,
             layout: self.layout,
             chunk_sectors: self.chunksize_sectors,

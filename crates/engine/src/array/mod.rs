@@ -627,17 +627,7 @@ impl Array {
                 }
             }
         }
-        let missing = present.iter().filter(|p| !**p).count();
-        match self.level {
-            Level::Linear | Level::Raid0 => missing == 0,
-            Level::Raid1 => missing < n,
-            Level::Raid4 | Level::Raid5 => missing <= 1,
-            Level::Raid6 => missing <= 2,
-            Level::Raid10 => match &self.geometry {
-                Geometry::Raid10(_) => uraid_core::assemble::raid10_has_all_data(n as u32, self.layout, &present),
-                _ => false,
-            },
-        }
+        self.level.serves_all_data(self.layout, &present)
     }
 
     /// Fails the member serving `role` (as `mdadm --fail`).
