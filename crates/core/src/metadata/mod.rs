@@ -31,7 +31,7 @@ pub const MD_SB_MAGIC: u32 = 0xa92b_4efc;
 /// md's "no sector": `resync_offset` / `recovery_offset` value meaning "nothing pending".
 pub const MAX_SECTOR: u64 = u64::MAX;
 
-use crate::geometry::SECTOR_BYTES;
+use crate::geometry::{ArraySpec, Geometry, GeometryError, SECTOR_BYTES};
 
 /// Why bytes are not a usable superblock or bitmap.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -295,14 +295,13 @@ pub struct ArrayShape {
 pub enum ArraySizeError {
     #[error("{level} needs the data size of each of its {raid_disks} members, got {given}")]
     MemberSizesNeeded { level: Personality, raid_disks: u32, given: usize },
-    #[error("{level} with chunk size 0 sectors")]
-    ZeroChunk { level: Personality },
-    #[error("raid10 layout {0:#x} is not valid (near and far copies must be at least 1)")]
-    BadRaid10Layout(u32),
-    #[error("{level} with {raid_disks} members has no data capacity")]
-    TooFewMembers { level: Personality, raid_disks: u32 },
+    /// More roles than any md superblock holds (1.x: [`check::SB1_MAX_DISKS`]).
+    #[error("{level} with {raid_disks} members: more than md allows")]
+    TooManyMembers { level: Personality, raid_disks: u32 },
     #[error("array size is not defined for {0}")]
     UnsupportedLevel(Personality),
+    #[error(transparent)]
+    Geometry(#[from] GeometryError),
 }
 
 /// raid10 layout word: `near | far << 8 | offset << 16 | far_set_mode << 17`.
@@ -331,67 +330,41 @@ impl Raid10Layout {
 }
 
 impl ArrayShape {
-    /// Array size in sectors, computed as the md kernel computes it:
-    /// - linear: sum of member data sizes;
-    /// - raid0: sum of member data sizes each rounded down to a chunk (`raid0_size`);
-    /// - raid1: `size`;
-    /// - raid4/5/6: `size` rounded down to a chunk, times data disks (`raid5_size`);
-    /// - raid10: chunks per device / far copies * raid_disks / near copies, in whole chunks,
-    ///   after md's own `calc_sectors` rounding of the per-device size (`raid10_size`).
+    /// Array size in sectors, as the md kernel computes it: the [`Geometry`] of the shape
+    /// (the one copy of md's size formulas: `raid0_size`, `raid5_size`, `raid10_size` after
+    /// md's `calc_sectors` rounding, linear's sum, raid1's `size`). Multipath is `size`.
     ///
     /// `member_data_sizes_sectors` (role order) is only read for linear and raid0.
     pub fn array_size_sectors(&self, member_data_sizes_sectors: &[u64]) -> Result<u64, ArraySizeError> {
-        let level = self.level;
-        let raid_disks = u64::from(self.raid_disks);
-        let chunk = u64::from(self.chunk_sectors);
-        let size = self.component_size_sectors;
-        let too_few = ArraySizeError::TooFewMembers { level, raid_disks: self.raid_disks };
-        match level {
-            Personality::Array(Level::Linear) | Personality::Array(Level::Raid0) => {
-                if member_data_sizes_sectors.len() != self.raid_disks as usize {
+        let level = match self.level {
+            Personality::Array(level) => level,
+            Personality::Multipath => return Ok(self.component_size_sectors),
+            other => return Err(ArraySizeError::UnsupportedLevel(other)),
+        };
+        let raid_disks = self.raid_disks as usize;
+        let member_sectors = match level {
+            Level::Linear | Level::Raid0 => {
+                if member_data_sizes_sectors.len() != raid_disks {
                     return Err(ArraySizeError::MemberSizesNeeded {
-                        level,
+                        level: self.level,
                         raid_disks: self.raid_disks,
                         given: member_data_sizes_sectors.len(),
                     });
                 }
-                if level == Personality::Array(Level::Linear) {
-                    return Ok(member_data_sizes_sectors.iter().sum());
-                }
-                if chunk == 0 {
-                    return Err(ArraySizeError::ZeroChunk { level });
-                }
-                Ok(member_data_sizes_sectors.iter().map(|s| s / chunk * chunk).sum())
+                member_data_sizes_sectors.to_vec()
             }
-            Personality::Array(Level::Raid1) | Personality::Multipath => Ok(size),
-            Personality::Array(Level::Raid4) | Personality::Array(Level::Raid5) | Personality::Array(Level::Raid6) => {
-                let parity = if level == Personality::Array(Level::Raid6) { 2 } else { 1 };
-                let data_disks = raid_disks.checked_sub(parity).filter(|d| *d > 0).ok_or(too_few)?;
-                if chunk == 0 {
-                    return Err(ArraySizeError::ZeroChunk { level });
-                }
-                Ok(size / chunk * chunk * data_disks)
+            // One common size; bounded first, as the shape may come from an unchecked
+            // superblock and the geometry takes one size per role.
+            _ if self.raid_disks > check::SB1_MAX_DISKS => {
+                return Err(ArraySizeError::TooManyMembers { level: self.level, raid_disks: self.raid_disks })
             }
-            Personality::Array(Level::Raid10) => {
-                let geometry = Raid10Layout::from_raw(self.layout).ok_or(ArraySizeError::BadRaid10Layout(self.layout))?;
-                if chunk == 0 {
-                    return Err(ArraySizeError::ZeroChunk { level });
-                }
-                if raid_disks == 0 {
-                    return Err(too_few);
-                }
-                let near = u64::from(geometry.near_copies);
-                let far = u64::from(geometry.far_copies);
-                let copies = near * far;
-                // calc_sectors: array chunks from the given size, then the per-device size
-                // md actually uses (rounded up so every copy fits).
-                let array_chunks = size / chunk / far * raid_disks / near;
-                let dev_chunks = (array_chunks * copies).div_ceil(raid_disks);
-                // raid10_size with that per-device size.
-                Ok(dev_chunks / far * raid_disks / near * chunk)
-            }
-            Personality::Faulty | Personality::Other(_) => Err(ArraySizeError::UnsupportedLevel(level)),
-        }
+            _ => vec![self.component_size_sectors; raid_disks],
+        };
+        // A multi-zone raid0 of unknown layout (0) cannot be mapped, but its size is the
+        // same under either layout, so the size is asked of layout 1.
+        let layout = if level == Level::Raid0 && !matches!(self.layout, 1 | 2) { 1 } else { self.layout };
+        let spec = ArraySpec { level, layout, chunk_sectors: self.chunk_sectors, raid_disks, member_sectors };
+        Geometry::new(&spec).map(|g| g.array_sectors()).map_err(ArraySizeError::Geometry)
     }
 }
 
