@@ -6,13 +6,11 @@
 //!
 //! One planner per level family, as SPDK keeps one module per level:
 //! - [`parity`]: RAID4/5/6 writes (read-modify-write, reconstruct-write, full stripe,
-//!   degraded).
-//!
-//! Linear/RAID0 and the mirrors (RAID1/10) have no choice to make on a write (every copy of
-//! every piece is written as is); their read-side choice (which copy) is still made by the
-//! engine's `Array::read_simple` and is the next piece to move here.
+//!   degraded);
+//! - [`simple`]: linear/RAID0 and mirror (RAID1/10) reads (which member serves each piece).
 
 pub mod parity;
+pub mod simple;
 
 /// A range of sectors on one member role, relative to the member's data offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -35,6 +33,9 @@ pub enum PlanError {
     /// More members of the stripe are missing than the level can rebuild around.
     #[error("stripe {stripe}: {missing} members missing, the level survives {tolerated}")]
     TooManyMissing { stripe: u64, missing: usize, tolerated: usize },
+    /// No present member holds this array sector (its member, or every copy, is lost).
+    #[error("array sector {array_sector}: no present member holds it")]
+    NoCopy { array_sector: u64 },
     /// The request does not describe one segment of one stripe (a caller bug).
     #[error("stripe {stripe}: malformed segment: {why}")]
     Malformed { stripe: u64, why: &'static str },

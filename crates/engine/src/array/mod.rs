@@ -697,17 +697,9 @@ impl Array {
         // member; any failure (a member fails, or a piece has no present copy) falls back to
         // piece by piece, which tries the other copies.
         let io = self.io_map();
-        let targets: Option<Vec<(usize, u64, u64)>> = pieces
-            .iter()
-            .map(|p| match &p.placement {
-                Placement::Single(ms) => io.read.get(ms.role)?.as_ref().map(|_| (ms.role, ms.sector, p.sectors)),
-                Placement::Mirrored(copies) => {
-                    copies.iter().find(|ms| io.read.get(ms.role).is_some_and(|r| r.is_some())).map(|ms| (ms.role, ms.sector, p.sectors))
-                }
-                Placement::Striped(_) => None,
-            })
-            .collect();
-        if let Some(targets) = targets {
+        let present: Vec<bool> = io.read.iter().map(Option::is_some).collect();
+        if let Ok(plan) = uraid_core::plan::simple::plan_read(&pieces, &present) {
+            let targets: Vec<(usize, u64, u64)> = plan.iter().map(|r| (r.role, r.sector, r.sectors)).collect();
             if self.read_batched(&io, &targets, out) {
                 return Ok(());
             }
