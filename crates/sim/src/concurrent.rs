@@ -28,6 +28,9 @@
 //!   holds its last flushed value or one written since, and a full check finds no mismatch
 //!   (a clean mark that raced a write, or a bitmap bit not durable before its data, shows
 //!   up here);
+//! - a hot replace of a member by a spare, started while the clients run, completes (the
+//!   old member leaves) and costs no acknowledged write; check steps that repair find
+//!   nothing to repair on a whole array;
 //! - a member failed at a seeded tick (fail-stop or a latent sector error) costs no
 //!   acknowledged write: the degraded array reads back every block; a spare is rebuilt
 //!   concurrently with the writers, and once it is in, a whole-array check finds no mismatch.
@@ -75,6 +78,8 @@ pub struct ConcurrentOutcome {
     pub ticks: u64,
     pub crashed: bool,
     pub member_failed: bool,
+    /// A hot replace ran (and completed) during the episode.
+    pub replaced: bool,
     pub checks: u64,
     /// The most requests (client calls into the array) in flight at once.
     pub max_in_flight: usize,
@@ -346,6 +351,10 @@ struct Plan {
     crash_at: Option<u64>,
     /// Fail this member at this tick: (tick, disk, latent sector error instead of fail-stop).
     fail: Option<(u64, usize, bool)>,
+    /// Hot-replace role 0's member with the first spare while the clients run.
+    replace: bool,
+    /// Check steps repair (md's `repair`) instead of only counting.
+    repair: bool,
     ops: Vec<u64>,
     blocks: usize,
 }
@@ -370,7 +379,10 @@ fn plan(seed: u64, limits: &ConcurrentLimits) -> Plan {
         _ => (None, None),
     };
     let blocks = limits.clients * rng.range(2, 6) as usize;
-    Plan { shape, crash_at, fail, ops, blocks }
+    // Drawn last, so the decisions above stay what they were for every seed.
+    let replace = fail.is_none() && shape.spares > 0 && rng.chance(50);
+    let repair = rng.chance(50);
+    Plan { shape, crash_at, fail, replace, repair, ops, blocks }
 }
 
 /// The command that replays `seed`.
@@ -381,7 +393,8 @@ pub fn reproduce_concurrent(seed: u64) -> String {
 /// Runs one concurrent episode. `Err` carries what broke, the plan and the reproduce line.
 pub fn run_concurrent_seed(seed: u64, limits: &ConcurrentLimits) -> Result<ConcurrentOutcome, String> {
     let plan = plan(seed, limits);
-    let describe = format!("{} crash_at={:?} fail={:?}", plan.shape, plan.crash_at, plan.fail);
+    let describe =
+        format!("{} crash_at={:?} fail={:?} replace={} repair={}", plan.shape, plan.crash_at, plan.fail, plan.replace, plan.repair);
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| episode(seed, limits, &plan)));
     let message = match result {
         Ok(Ok(mut o)) => {
@@ -444,6 +457,7 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
     let clients_left = Arc::new(AtomicUsize::new(limits.clients));
     let errors: Arc<Mutex<Vec<String>>> = Arc::default();
     let checks = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let replacing = Arc::new(AtomicBool::new(false));
     let mut outcome = ConcurrentOutcome { ops: plan.ops.iter().sum(), ..Default::default() };
 
     std::thread::scope(|s| -> Result<(), String> {
@@ -535,10 +549,16 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
             let (array, threads, crashed, clients_left, errors, started) =
                 (array.clone(), threads.clone(), crashed.clone(), clients_left.clone(), errors.clone(), started_tx.clone());
             let checks = checks.clone();
+            let replacing = replacing.clone();
             s.spawn(move || {
                 let _done = DoneGuard(threads.enter(), None);
                 let _ = started.send(());
                 let mut check_pos = 0u64;
+                if plan.replace {
+                    // md's hot replace: d0 keeps serving while the spare is copied, then
+                    // leaves. Refused (and harmless) if the array degraded first.
+                    replacing.store(array.replace_with_spare("d0", &format!("d{}", plan.shape.disks)).is_ok(), Ordering::Release);
+                }
                 while clients_left.load(Ordering::Acquire) > 0 && !crashed.load(Ordering::Acquire) {
                     array.start_recovery_if_possible();
                     let r = match array.pending_job() {
@@ -546,7 +566,7 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
                         Some(JobKind::Resync) => array.resync_step(32).map(|_| ()),
                         _ if array.missing_roles().is_empty() && array.failure().is_none() => {
                             let mut report = CheckReport::default();
-                            let r = array.check_step(check_pos, 32, false, &mut report);
+                            let r = array.check_step(check_pos, 32, plan.repair, &mut report);
                             if let Ok(p) = &r {
                                 check_pos = if p.finished() { 0 } else { p.done_sectors };
                                 checks.fetch_add(1, Ordering::Relaxed);
@@ -655,6 +675,7 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
     outcome.ticks = gate.lock().ticks;
     outcome.max_in_flight = max_in_flight.load(Ordering::Acquire);
     outcome.checks = checks.load(Ordering::Acquire);
+    outcome.replaced = replacing.load(Ordering::Acquire);
     if let Some(e) = errors.lock().unwrap_or_else(|e| e.into_inner()).first() {
         return Err(e.clone());
     }
@@ -705,6 +726,12 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
     while let Some(kind @ (JobKind::Recovery | JobKind::Resync)) = array.pending_job() {
         let r = if kind == JobKind::Recovery { array.recovery_step(1024) } else { array.resync_step(1024) };
         r.map_err(|e| format!("{} at the end: {e}", kind.name()))?;
+    }
+    if replacing.load(Ordering::Acquire) {
+        let d0 = array.devices().into_iter().find(|d| d.label == "d0").map(|d| d.state);
+        if matches!(d0, Some(uraid_engine::DeviceState::InSync(_))) {
+            return Err(format!("the hot replace of d0 never completed (d0 is {d0:?})"));
+        }
     }
     if array.missing_roles().is_empty() {
         let report = check_whole(&array)?;

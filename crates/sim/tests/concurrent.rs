@@ -1,5 +1,6 @@
 //! 1000 concurrent episodes (8 clients, a cleaner and a job thread each; crashes, member
-//! failures, rebuilds and checks while requests are in flight), two episodes at a time.
+//! failures, rebuilds, hot replaces, checks and repairs while requests are in flight), two
+//! episodes at a time.
 //! The long run: `cargo run -p uraid-sim --release -- --concurrent --seeds 0..20000`.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -11,7 +12,7 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
     let limits = ConcurrentLimits::default();
     let next = AtomicU64::new(0);
     let max_in_flight = AtomicUsize::new(0);
-    let (crashes, member_failures) = (AtomicU64::new(0), AtomicU64::new(0));
+    let (crashes, member_failures, replaces) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let failures = Mutex::new(Vec::new());
     // Each episode waits for its own threads only, so two run side by side.
     std::thread::scope(|s| {
@@ -26,6 +27,7 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
                         max_in_flight.fetch_max(o.max_in_flight, Ordering::Relaxed);
                         crashes.fetch_add(o.crashed as u64, Ordering::Relaxed);
                         member_failures.fetch_add(o.member_failed as u64, Ordering::Relaxed);
+                        replaces.fetch_add(o.replaced as u64, Ordering::Relaxed);
                     }
                     Err(f) => {
                         eprintln!("{f}\n");
@@ -38,9 +40,10 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
     let failures = failures.into_inner().unwrap();
     let max = max_in_flight.load(Ordering::Relaxed);
     eprintln!(
-        "concurrent: 1000 seeds, {} crashes, {} member failures; max in flight: {max}",
+        "concurrent: 1000 seeds, {} crashes, {} member failures, {} hot replaces; max in flight: {max}",
         crashes.load(Ordering::Relaxed),
-        member_failures.load(Ordering::Relaxed)
+        member_failures.load(Ordering::Relaxed),
+        replaces.load(Ordering::Relaxed)
     );
     assert!(
         failures.is_empty(),
