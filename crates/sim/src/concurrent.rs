@@ -381,8 +381,9 @@ fn plan(seed: u64, limits: &ConcurrentLimits) -> Plan {
     let blocks = limits.clients * rng.range(2, 6) as usize;
     // Drawn last, so the decisions above stay what they were for every seed.
     // Not combined with a crash yet: a crash soon after a hot replace completes can leave the
-    // old member marked faulty on some superblocks while the spare's own superblock still
-    // says spare, and the restart then refuses a dirty degraded array (found by seeds
+    // old member marked failed on the newest superblocks while no member is accepted in its
+    // role (the spare's superblock evidently not yet on disk in that role), and the restart
+    // then refuses a dirty degraded array (found by seeds
     // 22031 and 22107 with crashes allowed; see the closing notes). Until the completion's
     // superblock updates are ordered (spare in its role durable first), such episodes
     // would fail for a known reason.
