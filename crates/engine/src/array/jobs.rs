@@ -484,11 +484,6 @@ impl JobPacer {
         self.limits.step_sectors(self.busy, self.idle_step)
     }
 
-    /// Whether the last step saw users busy.
-    pub fn busy(&self) -> bool {
-        self.busy
-    }
-
     /// After a step that moved `sectors`: sleeps so the stretch runs at the target speed
     /// (at most half a second at a time, so a caller checks its stop flag often).
     pub fn pause(&mut self, sectors: u64) {
