@@ -37,7 +37,6 @@ struct Gate {
 /// A member that can hold its next flush or its next bitmap write, and that checks md's
 /// rules at every data write against its own content.
 struct Watched {
-    inner: Arc<MemMember>,
     flush: Mutex<Gate>,
     bitmap: Mutex<Gate>,
     changed: Condvar,
@@ -50,7 +49,7 @@ struct Watched {
 }
 
 impl Watched {
-    fn new(inner: Arc<MemMember>, sync_range_of: fn(u64) -> u64) -> Arc<Watched> {
+    fn new(inner: Arc<MemMember>, sync_range_of: fn(u64) -> u64) -> Arc<Hooked<Watched>> {
         let mut sb = vec![0u8; 4096];
         inner.read_at(&mut sb, 4096).unwrap();
         let sb = Superblock1::decode(&sb).unwrap();
@@ -60,17 +59,19 @@ impl Watched {
             inner.read_at(&mut head, at).unwrap();
             (at + 256, BitmapSuperblock::decode(&head).unwrap())
         });
-        Arc::new(Watched {
-            data_offset: sb.data_offset_sectors * 512,
+        Hooked::new(
             inner,
-            flush: Mutex::default(),
-            bitmap: Mutex::default(),
-            changed: Condvar::new(),
-            violations: Mutex::default(),
-            data_writes: Mutex::new(0),
-            bits_at,
-            sync_range_of,
-        })
+            Watched {
+                data_offset: sb.data_offset_sectors * 512,
+                flush: Mutex::default(),
+                bitmap: Mutex::default(),
+                changed: Condvar::new(),
+                violations: Mutex::default(),
+                data_writes: Mutex::new(0),
+                bits_at,
+                sync_range_of,
+            },
+        )
     }
 
     fn hold(&self, gate: &Mutex<Gate>) {
@@ -94,23 +95,23 @@ impl Watched {
         gate.lock().unwrap().holding
     }
 
-    fn check_data_write(&self, offset: u64, len: usize) {
+    fn check_data_write(&self, image: &MemMember, offset: u64, len: usize) {
         let mut sb = vec![0u8; 4096];
-        self.inner.read_at(&mut sb, 4096).unwrap();
+        image.read_at(&mut sb, 4096).unwrap();
         let sb = Superblock1::decode(&sb).unwrap();
         let mut v = self.violations.lock().unwrap();
         if sb.resync_offset_sectors == u64::MAX {
-            v.push(format!("{}: data written at byte {offset} while its superblock says clean", self.inner.label()));
+            v.push(format!("{}: data written at byte {offset} while its superblock says clean", image.label()));
         }
         if let Some((at, bsb)) = &self.bits_at {
             let mut bytes = vec![0u8; bsb.bits_len_bytes() as usize];
-            self.inner.read_at(&mut bytes, *at).unwrap();
+            image.read_at(&mut bytes, *at).unwrap();
             let bits = WriteIntentBits::decode(bsb, &bytes).unwrap();
             let member_sector = (offset - self.data_offset) / 512;
             let (first, last) = ((self.sync_range_of)(member_sector), (self.sync_range_of)(member_sector + len as u64 / 512 - 1));
             for c in bits.chunk_of_sector(first)..=bits.chunk_of_sector(last) {
                 if !bits.is_dirty(c) {
-                    v.push(format!("{}: data written at byte {offset} before bitmap chunk {c} was on disk", self.inner.label()));
+                    v.push(format!("{}: data written at byte {offset} before bitmap chunk {c} was on disk", image.label()));
                 }
             }
         }
@@ -118,39 +119,28 @@ impl Watched {
     }
 }
 
-impl Member for Watched {
-    fn label(&self) -> &str {
-        self.inner.label()
-    }
-    fn size_bytes(&self) -> u64 {
-        self.inner.size_bytes()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+impl Hooks for Watched {
+    fn before_write(&self, image: &MemMember, buf: &[u8], offset: u64) {
         if self.bits_at.as_ref().is_some_and(|(at, _)| offset == *at) {
             self.hold(&self.bitmap);
         }
         if offset >= self.data_offset {
-            self.check_data_write(offset, buf.len());
+            self.check_data_write(image, offset, buf.len());
         }
-        self.inner.write_at(buf, offset)
     }
-    fn flush(&self) -> std::io::Result<()> {
+    fn before_flush(&self, _image: &MemMember) {
         self.hold(&self.flush);
-        self.inner.flush()
     }
 }
 
-fn open_watched(made: &Made, sync_range_of: fn(u64) -> u64) -> (Array, Vec<Arc<Watched>>) {
-    let watched: Vec<Arc<Watched>> = made.members.iter().map(|m| Watched::new(m.clone(), sync_range_of)).collect();
+fn open_watched(made: &Made, sync_range_of: fn(u64) -> u64) -> (Array, Vec<Arc<Hooked<Watched>>>) {
+    let watched: Vec<Arc<Hooked<Watched>>> = made.members.iter().map(|m| Watched::new(m.clone(), sync_range_of)).collect();
     let devs: Vec<Arc<dyn Member>> = watched.iter().map(|w| w.clone() as Arc<dyn Member>).collect();
     let (a, _) = Array::assemble(devs, &ArrayOptions { writable: true, ..Default::default() }).unwrap();
     (a, watched)
 }
 
-fn violations(ws: &[Arc<Watched>]) -> Vec<String> {
+fn violations(ws: &[Arc<Hooked<Watched>>]) -> Vec<String> {
     ws.iter().flat_map(|w| w.violations.lock().unwrap().clone()).collect()
 }
 

@@ -17,35 +17,21 @@ const BITMAP_CHUNK: u32 = 1 << 20;
 
 /// A member that records every write's (offset, length).
 struct Counting {
-    inner: Arc<MemMember>,
     writes: Mutex<Vec<(u64, u64)>>,
 }
 
 impl Counting {
-    fn new(inner: Arc<MemMember>) -> Arc<Counting> {
-        Arc::new(Counting { inner, writes: Mutex::new(Vec::new()) })
+    fn new(image: Arc<MemMember>) -> Arc<Hooked<Counting>> {
+        Hooked::new(image, Counting { writes: Mutex::new(Vec::new()) })
     }
     fn take_writes(&self) -> Vec<(u64, u64)> {
         std::mem::take(&mut *self.writes.lock().unwrap())
     }
 }
 
-impl Member for Counting {
-    fn label(&self) -> &str {
-        self.inner.label()
-    }
-    fn size_bytes(&self) -> u64 {
-        self.inner.size_bytes()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+impl Hooks for Counting {
+    fn before_write(&self, _image: &MemMember, buf: &[u8], offset: u64) {
         self.writes.lock().unwrap().push((offset, buf.len() as u64));
-        self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
     }
 }
 

@@ -264,9 +264,12 @@ impl Array {
         } else if !replacing {
             meta.devices[device].sb.set_recovery_offset(Some(done));
         }
-        self.rebuild_io_map(&meta);
+        // The I/O path follows the new roles only once they are on disk: until then a
+        // write still reaches the member being replaced, which a crash during the update
+        // may leave serving its role.
         let resync = self.resync_offset_for_superblock();
         self.persist(&mut meta, resync);
+        self.rebuild_io_map(&meta);
         drop(meta);
         if done >= total {
             // As md re-checks its spares when a recovery ends: another missing role may be

@@ -519,15 +519,31 @@ impl Array {
             let mut newly_failed = Vec::new();
             let table = role_table(meta);
             let roles: Vec<DeviceRole> = table.iter().map(|(_, r)| *r).collect();
+            // Members whose own role changes in this update (a spare taking a role to
+            // rebuild, a replacement taking over its role) are written first, each flushed
+            // before the next member: a crash part-way must never leave the newest
+            // superblocks naming a member for a role while that member's own superblock
+            // still calls it a spare. Assembly would then leave it out, and a dirty array
+            // missing that role cannot start (a hot replace completing under writes did
+            // exactly this; `tests/crash_points.rs`). Written first, the member is the
+            // newest and its own superblock records its role and rebuild progress; the rest,
+            // one event behind, take their roles from it as md does.
+            let mut role_taken_first = Vec::with_capacity(meta.devices.len());
             for (i, d) in meta.devices.iter_mut().enumerate() {
                 if d.state == DeviceState::Faulty {
                     continue;
                 }
+                let before = d.sb.role();
                 match d.sb {
                     Superblock::V1(_) => d.sb.set_role_table(&table),
                     Superblock::V090(_) => d.sb.set_role_table_090(&roles, i),
                 }
                 d.sb.set_array_state(events, resync_offset, now);
+                role_taken_first.push((d.sb.role() == before, i));
+            }
+            role_taken_first.sort();
+            for (_, i) in role_taken_first {
+                let d = &meta.devices[i];
                 let bytes = superblock_bytes(&d.sb);
                 if d.member.write_at(&bytes, d.sb_offset).and_then(|_| d.member.flush()).is_err() {
                     newly_failed.push(i);

@@ -145,3 +145,86 @@ pub fn check_clean(a: &Array) -> CheckReport {
     }
     report
 }
+
+/// Every write that reached a set of members, in the order it reached them: the members'
+/// history, so that a test can rebuild what the disks held at each instant of an operation
+/// (what a crash there would have left, when each write is durable before the next one
+/// starts, as the engine's superblock updates are: write, flush, next member).
+#[derive(Default)]
+pub struct WriteJournal {
+    recording: std::sync::atomic::AtomicBool,
+    writes: std::sync::Mutex<Vec<(usize, u64, Vec<u8>)>>,
+}
+
+impl WriteJournal {
+    pub fn start(&self) {
+        self.writes.lock().unwrap().clear();
+        self.recording.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+    /// Stops recording; returns the writes since [`WriteJournal::start`].
+    pub fn stop(&self) -> Vec<(usize, u64, Vec<u8>)> {
+        self.recording.store(false, std::sync::atomic::Ordering::SeqCst);
+        std::mem::take(&mut *self.writes.lock().unwrap())
+    }
+}
+
+/// What a test member does before its in-memory image serves a write or a flush: watch,
+/// record, or hold the I/O until the test lets it go.
+pub trait Hooks: Send + Sync + 'static {
+    fn before_write(&self, _image: &MemMember, _buf: &[u8], _offset: u64) {}
+    fn before_flush(&self, _image: &MemMember) {}
+}
+
+/// A member over an in-memory image whose writes and flushes go through [`Hooks`] first;
+/// the one forwarding `Member` that every test's watching member builds on.
+pub struct Hooked<H> {
+    pub image: Arc<MemMember>,
+    pub hooks: H,
+}
+
+impl<H: Hooks> Hooked<H> {
+    pub fn new(image: Arc<MemMember>, hooks: H) -> Arc<Hooked<H>> {
+        Arc::new(Hooked { image, hooks })
+    }
+}
+
+impl<H> std::ops::Deref for Hooked<H> {
+    type Target = H;
+    fn deref(&self) -> &H {
+        &self.hooks
+    }
+}
+
+impl<H: Hooks> Member for Hooked<H> {
+    fn label(&self) -> &str {
+        self.image.label()
+    }
+    fn size_bytes(&self) -> u64 {
+        self.image.size_bytes()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.image.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.hooks.before_write(&self.image, buf, offset);
+        self.image.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.hooks.before_flush(&self.image);
+        self.image.flush()
+    }
+}
+
+/// Records a member's writes in a shared [`WriteJournal`] under its index.
+pub struct Journaled {
+    pub index: usize,
+    pub journal: Arc<WriteJournal>,
+}
+
+impl Hooks for Journaled {
+    fn before_write(&self, _image: &MemMember, buf: &[u8], offset: u64) {
+        if self.journal.recording.load(std::sync::atomic::Ordering::SeqCst) {
+            self.journal.writes.lock().unwrap().push((self.index, offset, buf.to_vec()));
+        }
+    }
+}
