@@ -71,6 +71,12 @@ pub struct DeviceStatus {
     /// Why the serving process failed this device (the I/O error, or a request).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// Read errors on this member since the array was started (md's `read_errors`).
+    #[serde(default)]
+    pub read_errors: u64,
+    /// Of those, ranges rebuilt from redundancy, rewritten and read back (md's `errors`).
+    #[serde(default)]
+    pub read_errors_corrected: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -41,6 +41,11 @@ pub struct ServeArgs {
     /// md's stripe_cache_size (4 KiB pages per member).
     #[arg(long, default_value_t = 256)]
     pub stripe_cache: u64,
+    /// md's max_read_errors: read errors a member may have (the count halves every hour)
+    /// before it is failed; below it, each bad range is rebuilt from redundancy, rewritten
+    /// and read back.
+    #[arg(long, default_value_t = uraid_core::state::DEFAULT_MAX_READ_ERRORS)]
+    pub max_read_errors: u32,
     /// Export the array over NBD at ADDR: host:port (e.g. 127.0.0.1:10809) or unix:PATH.
     #[arg(long, value_name = "ADDR")]
     pub nbd: Option<String>,
@@ -125,6 +130,7 @@ pub fn assemble_for_serving(args: &ServeArgs) -> Result<Arc<Served>> {
         assemble: AssembleOptions { array_uuid: None, force: args.force, run: args.run },
         writable: true,
         stripe_cache_pages: args.stripe_cache,
+        max_read_errors: args.max_read_errors,
         ..Default::default()
     };
     let (array, report) = Array::assemble(members, &opts)?;
@@ -171,6 +177,8 @@ impl Served {
                     role,
                     recovered_sectors: rec,
                     failure: d.failure,
+                    read_errors: d.read_errors,
+                    read_errors_corrected: d.read_errors_corrected,
                 }
             })
             .collect();

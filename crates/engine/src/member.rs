@@ -734,6 +734,19 @@ fn check_range(m: &dyn Member, offset: u64, len: usize) -> io::Result<()> {
     }
 }
 
+/// Whether a failed read may be a bad sector that rewriting fixes: a medium error, which
+/// the kernel reports as EIO (or ENODATA/EILSEQ from some drivers), or an error without an
+/// OS code of kind `Other` (a remote disk's or a test's EIO). Not one: a device that is
+/// gone (ENODEV, ENXIO), smaller than it was (a short read), or refusing the request; md
+/// fails such a member at once, and so does uraid. Decided on the error's kind and code,
+/// never its message.
+pub fn is_medium_error(e: &io::Error) -> bool {
+    match e.raw_os_error() {
+        Some(code) => [rustix::io::Errno::IO, rustix::io::Errno::NODATA, rustix::io::Errno::ILSEQ].iter().any(|c| c.raw_os_error() == code),
+        None => e.kind() == io::ErrorKind::Other,
+    }
+}
+
 /// A member in memory (tests, and the simulator's durable/volatile images build on it).
 pub struct MemMember {
     label: String,
@@ -780,6 +793,15 @@ impl Member for MemMember {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_medium_errors_are_worth_a_rewrite() {
+        assert!(is_medium_error(&io::Error::from_raw_os_error(rustix::io::Errno::IO.raw_os_error())));
+        assert!(is_medium_error(&io::Error::other("a remote disk's EIO")));
+        assert!(!is_medium_error(&io::Error::from_raw_os_error(rustix::io::Errno::NODEV.raw_os_error())));
+        assert!(!is_medium_error(&io::Error::from_raw_os_error(rustix::io::Errno::NXIO.raw_os_error())));
+        assert!(!is_medium_error(&io::Error::new(io::ErrorKind::UnexpectedEof, "short read")));
+    }
 
     #[test]
     fn read_only_file_member_refuses_writes_and_out_of_range() {

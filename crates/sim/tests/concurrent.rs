@@ -1,6 +1,6 @@
 //! 1000 concurrent episodes (8 clients, a cleaner and a job thread each; crashes, member
-//! failures, rebuilds, hot replaces, checks and repairs while requests are in flight), two
-//! episodes at a time.
+//! failures, latent bad sectors healed from redundancy, rebuilds, hot replaces, checks and
+//! repairs while requests are in flight), two episodes at a time.
 //! The long run: `cargo run -p uraid-sim --release -- --concurrent --seeds 0..20000`.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -13,6 +13,7 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
     let next = AtomicU64::new(0);
     let max_in_flight = AtomicUsize::new(0);
     let (crashes, member_failures, replaces) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let (latent, corrected) = (AtomicU64::new(0), AtomicU64::new(0));
     let failures = Mutex::new(Vec::new());
     // Each episode waits for its own threads only, so two run side by side.
     std::thread::scope(|s| {
@@ -28,6 +29,8 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
                         crashes.fetch_add(o.crashed as u64, Ordering::Relaxed);
                         member_failures.fetch_add(o.member_failed as u64, Ordering::Relaxed);
                         replaces.fetch_add(o.replaced as u64, Ordering::Relaxed);
+                        latent.fetch_add(o.latent_sectors as u64, Ordering::Relaxed);
+                        corrected.fetch_add(o.read_errors_corrected, Ordering::Relaxed);
                     }
                     Err(f) => {
                         eprintln!("{f}\n");
@@ -40,10 +43,13 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
     let failures = failures.into_inner().unwrap();
     let max = max_in_flight.load(Ordering::Relaxed);
     eprintln!(
-        "concurrent: 1000 seeds, {} crashes, {} member failures, {} hot replaces; max in flight: {max}",
+        "concurrent: 1000 seeds, {} crashes, {} member failures, {} hot replaces, {} with latent sectors ({} read errors corrected); \
+         max in flight: {max}",
         crashes.load(Ordering::Relaxed),
         member_failures.load(Ordering::Relaxed),
-        replaces.load(Ordering::Relaxed)
+        replaces.load(Ordering::Relaxed),
+        latent.load(Ordering::Relaxed),
+        corrected.load(Ordering::Relaxed)
     );
     assert!(
         failures.is_empty(),
@@ -54,5 +60,10 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
     assert!(
         crashes.load(Ordering::Relaxed) > 100 && member_failures.load(Ordering::Relaxed) > 50,
         "the seeds should cover crashes and failures"
+    );
+    // Latent sectors on a member that stays: reads there are rebuilt and rewritten.
+    assert!(
+        latent.load(Ordering::Relaxed) > 100 && corrected.load(Ordering::Relaxed) > 50,
+        "the seeds should plant latent sectors and have reads meet them"
     );
 }

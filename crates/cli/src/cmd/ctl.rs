@@ -197,6 +197,9 @@ fn detail_text(st: &ArrayStatus) -> String {
         if let Some(why) = &d.failure {
             s += &format!("             failed: {why}\n");
         }
+        if d.read_errors > 0 {
+            s += &format!("             read errors: {} ({} corrected from redundancy)\n", d.read_errors, d.read_errors_corrected);
+        }
     }
     s + &mdstat(st)
 }

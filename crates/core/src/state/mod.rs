@@ -9,7 +9,9 @@
 //! docs/ARCHITECTURE.md, "What is still to move").
 
 mod pace;
+mod read_errors;
 mod write;
 
 pub use pace::{SpeedLimits, BUSY_STEP_SECTORS};
+pub use read_errors::{ReadErrorCount, ReadErrorVerdict, DEFAULT_MAX_READ_ERRORS};
 pub use write::{BeginWrite, BitmapStep, CleanStep, Mode, WriteState};

@@ -57,6 +57,8 @@ pub struct CheckReport {
     pub unattributed_rows: u64,
     /// Rows rewritten (repair).
     pub repaired_rows: u64,
+    /// Blocks that failed a read and were rebuilt from the stripe and rewritten.
+    pub read_errors_corrected: u64,
 }
 
 const ROW_BYTES: usize = 4096;
@@ -285,11 +287,9 @@ impl Array {
             Geometry::Parity(p) => {
                 let stripe = pos / p.chunk_sectors();
                 let _g = self.locks.lock(stripe, stripe);
-                let io = self.io_map();
                 let roles = p.stripe_roles(stripe);
-                let Some((bufs, missing, p_missing, q_missing)) = self.read_stripe_buffers(&io, stripe, pos, pos + n).ok() else {
-                    return Err(EngineError::Failed(format!("stripe {stripe}: read failed")));
-                };
+                let ((bufs, missing, p_missing, q_missing), corrected) = self.read_stripe_healing(stripe, pos, pos + n, Vec::new())?;
+                report.read_errors_corrected += corrected;
                 let lost = missing.len() + p_missing as usize + q_missing as usize;
                 if lost > 0 {
                     return self.sync_degraded_raid6(&roles, pos, bufs, &missing, p_missing, q_missing, mode, report);
@@ -416,12 +416,18 @@ impl Array {
             let _g = self.locks.lock(lo, hi);
             let mut reference: Option<Vec<u8>> = None;
             let mut stale: Vec<MemberSector> = Vec::new();
+            // Copies that failed the read and still serve: a scrub's latent errors,
+            // rewritten from the reference copy.
+            let mut unreadable: Vec<MemberSector> = Vec::new();
             for ms in &copies {
                 if io.read[ms.role].is_none() {
                     continue;
                 }
                 let mut b = vec![0u8; len];
-                if self.read_member(&io, MemberSector { role: ms.role, sector: ms.sector }, &mut b).is_err() {
+                if let Err(f) = self.read_member_keeping(&io, MemberSector { role: ms.role, sector: ms.sector }, &mut b, false) {
+                    if f.kept {
+                        unreadable.push(*ms);
+                    }
                     continue;
                 }
                 match &reference {
@@ -431,6 +437,12 @@ impl Array {
                 }
             }
             let Some(reference) = reference else { continue };
+            for ms in unreadable {
+                if let Some(rm) = io.read[ms.role].as_ref() {
+                    self.rewrite_unreadable(rm, ms.sector, &reference);
+                    report.read_errors_corrected += 1;
+                }
+            }
             if stale.is_empty() {
                 continue;
             }

@@ -1,7 +1,7 @@
 //! Changing which devices belong to a running array: add a spare, re-add a former member,
 //! remove a failed or spare device (as `mdadm --add` / `--re-add` / `--remove`).
 
-use super::{now_seconds, superblock_bytes, Array, Device, DeviceState, EngineError};
+use super::{now_seconds, superblock_bytes, Array, Device, DeviceState, EngineError, ReadErrorStats};
 use crate::member::Member;
 use std::sync::Arc;
 use uraid_core::geometry::Level;
@@ -106,6 +106,7 @@ impl Array {
             state: DeviceState::Spare,
             failure: None,
             bitmap_recovery: false,
+            read_errors: ReadErrorStats::default(),
         });
         let resync = self.resync_offset_for_superblock();
         self.persist(&mut meta, resync);
@@ -185,6 +186,7 @@ impl Array {
             state: DeviceState::Recovering { role, done: 0 },
             failure: None,
             bitmap_recovery: true,
+            read_errors: ReadErrorStats::default(),
         });
         let resync = self.resync_offset_for_superblock();
         self.persist(&mut meta, resync);

@@ -63,6 +63,9 @@ pub struct ArrayOptions {
     /// simulator asks for 1: its disks time faults by their own operation count, and
     /// concurrent regions would make the order of one disk's operations a thread race.
     pub recovery_lanes: usize,
+    /// md's `max_read_errors`: read errors a member may have (halved per hour since the
+    /// last one) before it is failed; below it, each is rewritten from redundancy.
+    pub max_read_errors: u32,
 }
 
 impl Default for ArrayOptions {
@@ -72,6 +75,7 @@ impl Default for ArrayOptions {
             writable: false,
             stripe_cache_pages: DEFAULT_STRIPE_CACHE_PAGES,
             recovery_lanes: 0,
+            max_read_errors: uraid_core::state::DEFAULT_MAX_READ_ERRORS,
         }
     }
 }
@@ -124,6 +128,18 @@ struct Device {
     /// one since it left). Never set for a spare; not recorded on disk, so a restart resumes
     /// its rebuild in full from its `recovery_offset`.
     bitmap_recovery: bool,
+    read_errors: ReadErrorStats,
+}
+
+/// A member's read errors while this array is open (md's `read_errors` and `errors`).
+#[derive(Debug, Clone, Copy, Default)]
+struct ReadErrorStats {
+    /// md's decaying count, which decides when the member is failed.
+    count: uraid_core::state::ReadErrorCount,
+    /// Every read error seen.
+    seen: u64,
+    /// Ranges rewritten from redundancy and read back correctly.
+    corrected: u64,
 }
 
 /// Public view of a device, for status displays.
@@ -134,6 +150,18 @@ pub struct DeviceInfo {
     pub dev_number: u32,
     /// Why the device was failed while this array was open (md prints it to the kernel log).
     pub failure: Option<String>,
+    /// Read errors seen on this member while the array was open.
+    pub read_errors: u64,
+    /// Of those, ranges rebuilt from redundancy, rewritten and read back correctly.
+    pub read_errors_corrected: u64,
+}
+
+/// A member read that failed: whether the member still serves (the range is to be
+/// rebuilt from redundancy and rewritten) or was failed.
+#[derive(Debug)]
+pub(crate) struct MemberReadFailure {
+    pub(crate) kept: bool,
+    pub(crate) detail: String,
 }
 
 /// A member serving a role on the I/O path.
@@ -203,6 +231,8 @@ pub struct Array {
     cache: StripeCache,
     /// See [`ArrayOptions::recovery_lanes`] (resolved: at least 1).
     recovery_lanes: usize,
+    /// See [`ArrayOptions::max_read_errors`].
+    max_read_errors: u32,
     bitmap: Mutex<Option<bitmap::BitmapState>>,
 }
 
@@ -309,6 +339,7 @@ impl Array {
                 state,
                 failure: None,
                 bitmap_recovery: false,
+                read_errors: ReadErrorStats::default(),
             });
         };
         let rebuilding: Vec<(usize, u64)> = plan.rebuilding.iter().map(|r| (r.member, r.recovered_sectors)).collect();
@@ -409,6 +440,7 @@ impl Array {
             locks: StripeLocks::default(),
             cache,
             recovery_lanes: if opts.recovery_lanes == 0 { recovery::default_lanes() } else { opts.recovery_lanes },
+            max_read_errors: opts.max_read_errors,
             bitmap: Mutex::new(bitmap_state.map(|(state, _)| state)),
         };
         array.rebuild_io_map(&array.lock_meta());
@@ -455,6 +487,8 @@ impl Array {
                 state: d.state,
                 dev_number: d.sb.dev_number(),
                 failure: d.failure.clone(),
+                read_errors: d.read_errors.seen,
+                read_errors_corrected: d.read_errors.corrected,
             })
             .collect()
     }
@@ -714,16 +748,24 @@ impl Array {
         // piece by piece, which tries the other copies.
         let io = self.io_map();
         let present: Vec<bool> = io.read.iter().map(Option::is_some).collect();
+        let mut counted = Vec::new();
         if let Ok(plan) = uraid_core::plan::simple::plan_read(&pieces, &present) {
             let targets: Vec<(usize, u64, u64)> = plan.iter().map(|r| (r.role, r.sector, r.sectors)).collect();
-            if self.read_batched(&io, &targets, out) {
-                return Ok(());
+            match self.read_batched(&io, &targets, out) {
+                Ok(()) => return Ok(()),
+                Err(kept) => counted = kept,
             }
         }
+        // Piece by piece under the span's locks: a copy that failed its read is rewritten
+        // from another one, and no write may land between that read and the rewrite.
+        let _guard = (!locks_held).then(|| {
+            let (lo, hi) = self.lock_span(first_sector, sectors);
+            self.locks.lock(lo, hi)
+        });
         let mut at = 0usize;
         for piece in pieces {
             let len = (piece.sectors * SECTOR_BYTES) as usize;
-            self.read_simple(&piece.placement, piece.array_sector, &mut out[at..at + len])?;
+            self.read_simple(&piece.placement, piece.array_sector, &mut out[at..at + len], &counted)?;
             at += len;
         }
         Ok(())
@@ -746,17 +788,100 @@ impl Array {
         }
     }
 
-    fn read_simple(&self, placement: &Placement, array_sector: u64, out: &mut [u8]) -> Result<(), EngineError> {
+    /// Counts a read error on `device` (md's `fix_read_error` path); an error that is not a
+    /// medium error ([`crate::member::is_medium_error`]) fails the member at once. True: the member
+    /// stays, and the caller rebuilds the range from redundancy and, on a writable array,
+    /// rewrites it ([`Array::rewrite_unreadable`]). False: the member was failed, having
+    /// passed `max_read_errors`, or it is not serving.
+    pub(crate) fn read_error_keeps_member(&self, device: usize, why: &str, error: &std::io::Error) -> bool {
+        if !crate::member::is_medium_error(error) {
+            self.fail_device(device, why);
+            return false;
+        }
+        let mut meta = self.lock_meta();
+        let now = self.started.elapsed().as_secs();
+        let Some(d) = meta.devices.get_mut(device).filter(|d| d.state != DeviceState::Faulty) else { return false };
+        d.read_errors.seen += 1;
+        let verdict = d.read_errors.count.record(now, self.max_read_errors);
+        let count = d.read_errors.count.count();
+        drop(meta);
+        match verdict {
+            uraid_core::state::ReadErrorVerdict::Rewrite => true,
+            uraid_core::state::ReadErrorVerdict::Fail => {
+                let limit = self.max_read_errors;
+                self.fail_device(device, &format!("{why}; {count} read errors, more than max_read_errors ({limit})"));
+                false
+            }
+        }
+    }
+
+    /// Writes `data`, rebuilt from redundancy, over member sectors that failed a read,
+    /// then reads them back (md's `fix_read_error`): a disk remaps a bad sector when it is
+    /// written. If the rewrite or the re-read fails, or reads back other bytes, the member
+    /// is failed, as md fails it. Read-only arrays leave the member as it is. The caller
+    /// holds the stripe locks of the range, so no write races the rewrite.
+    pub(crate) fn rewrite_unreadable(&self, rm: &RoleMember, sector: u64, data: &[u8]) {
+        if !self.writable {
+            return;
+        }
+        let offset = rm.data_offset + sector * SECTOR_BYTES;
+        let mut back = vec![0u8; data.len()];
+        let outcome = rm.member.write_at(data, offset).and_then(|()| rm.member.read_at(&mut back, offset));
+        match outcome {
+            Ok(()) if back == data => {
+                let mut meta = self.lock_meta();
+                if let Some(d) = meta.devices.get_mut(rm.device) {
+                    d.read_errors.corrected += 1;
+                }
+            }
+            Ok(()) => self.fail_device(rm.device, &format!("sector {sector} read back wrong after rewriting a read error")),
+            Err(e) => self.fail_device(rm.device, &format!("rewriting a read error at sector {sector}: {e}")),
+        }
+    }
+
+    /// [`Array::read_member`] for callers that rebuild around a bad range: a read error that
+    /// leaves the member serving (below `max_read_errors`) is reported with `kept`.
+    /// `counted`: this request's error on the member was counted already (a batched read
+    /// failed, and this is the retry piece by piece); one request counts once, as md counts
+    /// one failed bio.
+    pub(crate) fn read_member_keeping(&self, io: &IoMap, ms: MemberSector, out: &mut [u8], counted: bool) -> Result<(), MemberReadFailure> {
+        let Some(r) = io.read.get(ms.role).and_then(|r| r.as_ref()) else {
+            return Err(MemberReadFailure { kept: false, detail: format!("role {} is missing", ms.role) });
+        };
+        r.member.read_at(out, r.data_offset + ms.sector * SECTOR_BYTES).map_err(|e| {
+            let detail = format!("{}: read at sector {}: {e}", r.member.label(), ms.sector);
+            MemberReadFailure { kept: counted || self.read_error_keeps_member(r.device, &detail, &e), detail }
+        })
+    }
+
+    /// One piece of a linear, RAID0 or mirrored array. `counted`: roles whose read error in
+    /// this request was counted already.
+    fn read_simple(&self, placement: &Placement, array_sector: u64, out: &mut [u8], counted: &[usize]) -> Result<(), EngineError> {
         let lost = |detail: String| EngineError::Unreadable { offset: array_sector * SECTOR_BYTES, detail };
         let io = self.io_map();
         match placement {
             Placement::Single(ms) => self.read_member(&io, *ms, out).map_err(lost),
             Placement::Mirrored(copies) => {
+                // Copies that failed the read but still serve get the good copy written
+                // back (md raid1's fix_read_error); the caller holds the range's locks.
                 let mut errors = Vec::new();
+                let mut unreadable: Vec<MemberSector> = Vec::new();
                 for ms in copies {
-                    match self.read_member(&io, *ms, out) {
-                        Ok(()) => return Ok(()),
-                        Err(e) => errors.push(e),
+                    match self.read_member_keeping(&io, *ms, out, counted.contains(&ms.role)) {
+                        Ok(()) => {
+                            for bad in unreadable {
+                                if let Some(rm) = io.read.get(bad.role).and_then(Option::as_ref) {
+                                    self.rewrite_unreadable(rm, bad.sector, out);
+                                }
+                            }
+                            return Ok(());
+                        }
+                        Err(f) => {
+                            if f.kept {
+                                unreadable.push(*ms);
+                            }
+                            errors.push(f.detail);
+                        }
                     }
                 }
                 Err(lost(format!("no copy readable: {}", errors.join("; "))))

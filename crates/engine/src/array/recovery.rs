@@ -121,16 +121,32 @@ impl Array {
                 let _room = self.cache.reserve(p.raid_disks() as u64 * n * SECTOR_BYTES);
                 let io = self.io_map();
                 let only_target_lost = (0..io.read.len()).all(|r| io.read[r].is_some() || r == role);
+                // Roles whose members failed a read here but still serve: rebuilt from the
+                // rest and rewritten (md's fix_read_error) by the window path.
+                let mut unreadable = Vec::new();
                 let content = if io.read[role].is_some() {
                     // A hot replace: the member being replaced still serves; copy it. If it
                     // fails this read it is failed, and the replacement turns into an
                     // ordinary rebuild from the next step on.
                     let mut buf = self.cache.buffer((n * SECTOR_BYTES) as usize);
-                    self.read_member(&io, MemberSector { role, sector: pos }, &mut buf).ok().map(|_| buf)
+                    match self.read_member_keeping(&io, MemberSector { role, sector: pos }, &mut buf, false) {
+                        Ok(()) => Some(buf),
+                        Err(f) => {
+                            if f.kept {
+                                unreadable.push(role);
+                            }
+                            None
+                        }
+                    }
                 } else if self.level == Level::Raid6 && only_target_lost {
-                    self.raid6_single_loss_content(&io, role, pos, pos + n)
+                    self.raid6_single_loss_content(&io, role, pos, pos + n, &mut unreadable)
                 } else {
-                    self.parity_role_content(&io, role, pos, pos + n)
+                    None
+                };
+                let content = match content {
+                    Some(c) => Some(c),
+                    None if io.read[role].is_some() && unreadable.is_empty() => None,
+                    None => self.parity_role_content(role, pos, pos + n, unreadable),
                 };
                 let content = content
                     .ok_or_else(|| EngineError::Failed(format!("stripes {first}..={last}: recovery could not read or rebuild them")))?;
@@ -145,18 +161,49 @@ impl Array {
     }
 
     /// Any parity level: read every survivor over `lo..hi`, rebuild what is missing, keep
-    /// `role`. None when a read fails (the member is failed) or too much is missing.
-    fn parity_role_content(&self, io: &IoMap, role: usize, lo: u64, hi: u64) -> Option<Vec<u8>> {
-        let mut win = self.read_window_with(io, lo, hi, self.lane_reads()).ok()?;
-        let rebuilt = self.rebuild_window(&mut win, lo, hi);
-        let content = if rebuilt { win[role].take() } else { None };
-        self.recycle_window(win);
-        content
+    /// `role`. A survivor's read error that leaves it serving (and the roles in
+    /// `unreadable`, known to have one) is rebuilt too and rewritten there; the caller holds
+    /// the stripes' locks. None when too much is missing (a member that cannot be rebuilt
+    /// around is failed, as md fails it).
+    fn parity_role_content(&self, role: usize, lo: u64, hi: u64, mut unreadable: Vec<usize>) -> Option<Vec<u8>> {
+        for _ in 0..=2 * self.geometry.raid_disks() {
+            let io = self.io_map();
+            unreadable.retain(|&r| io.read[r].is_some());
+            let mut win = match self.read_window_with(&io, lo, hi, self.lane_reads(), Some(&unreadable)) {
+                Ok(w) => w,
+                Err(super::striped::SegmentError::Unreadable(r)) => {
+                    unreadable.push(r);
+                    continue;
+                }
+                Err(super::striped::SegmentError::Retry) => continue,
+                Err(super::striped::SegmentError::Fatal(_)) => return None,
+            };
+            if !self.rebuild_window(&mut win, lo, hi) {
+                self.recycle_window(win);
+                for r in unreadable {
+                    if let Some(rm) = io.read[r].as_ref() {
+                        self.fail_device(rm.device, &format!("read error at member sector {lo}..{hi} not correctable during a rebuild"));
+                    }
+                }
+                return None;
+            }
+            for &r in &unreadable {
+                if let (Some(rm), Some(content)) = (io.read[r].as_ref(), win[r].as_ref()) {
+                    self.rewrite_unreadable(rm, lo, content);
+                }
+            }
+            let content = win[role].take();
+            self.recycle_window(win);
+            return content;
+        }
+        None
     }
 
     /// RAID6 missing only `role`: per stripe, read the n-2 survivors that suffice (all but Q,
     /// or all but P where `role` is Q) and compute `role`'s block from them.
-    fn raid6_single_loss_content(&self, io: &IoMap, role: usize, lo: u64, hi: u64) -> Option<Vec<u8>> {
+    /// A survivor's read error that leaves it serving puts its role in `unreadable` and
+    /// returns None: the caller rebuilds through [`Self::parity_role_content`].
+    fn raid6_single_loss_content(&self, io: &IoMap, role: usize, lo: u64, hi: u64, unreadable: &mut Vec<usize>) -> Option<Vec<u8>> {
         let p = self.geometry.as_parity()?;
         let chunk = p.chunk_sectors();
         let stripes: Vec<(u64, u64, uraid_core::geometry::StripeRoles)> = {
@@ -177,7 +224,7 @@ impl Array {
             (0..io.read.len())
                 .map(|member_role| {
                     let stripes = &stripes;
-                    let f: Box<dyn FnOnce() -> Option<Result<Vec<u8>, String>> + Send> = Box::new(move || {
+                    let f: Box<dyn FnOnce() -> Option<Result<Vec<u8>, bool>> + Send> = Box::new(move || {
                         if member_role == role {
                             return None;
                         }
@@ -197,8 +244,8 @@ impl Array {
                         runs.extend(run);
                         for (a, b) in runs {
                             let part = &mut buf[((a - lo) * SECTOR_BYTES) as usize..((b - lo) * SECTOR_BYTES) as usize];
-                            if let Err(e) = self.read_member(io, MemberSector { role: member_role, sector: a }, part) {
-                                return Some(Err(e));
+                            if let Err(f) = self.read_member_keeping(io, MemberSector { role: member_role, sector: a }, part, false) {
+                                return Some(Err(f.kept));
                             }
                         }
                         Some(Ok(buf))
@@ -209,10 +256,13 @@ impl Array {
         );
         let mut win: Window = Vec::with_capacity(reads.len());
         let mut failed = false;
-        for r in reads {
+        for (member_role, r) in reads.into_iter().enumerate() {
             match r {
                 Some(Ok(b)) => win.push(Some(b)),
-                Some(Err(_)) => {
+                Some(Err(kept)) => {
+                    if kept {
+                        unreadable.push(member_role);
+                    }
                     failed = true;
                     win.push(None);
                 }

@@ -12,7 +12,7 @@
 //! the segment on the degraded path; a member failing during the writes is failed and the
 //! others still receive a consistent stripe.
 
-use super::{Array, EngineError, IoMap};
+use super::{Array, EngineError, IoMap, MemberReadFailure};
 use crate::parallel::{Bufs, MemberIo, Run};
 use uraid_core::geometry::{Location, MemberSector, Piece, Placement, StripeRoles, SECTOR_BYTES};
 use uraid_core::plan::parity::{self as plan, Compute};
@@ -47,10 +47,16 @@ impl OutBytes<'_> {
 /// member), instead of one write per block.
 pub(super) type Outs<'a> = Vec<(usize, u64, OutBytes<'a>)>;
 
+/// A stripe read whole: its blocks, the data slots missing, P missing, Q missing.
+pub(super) type StripeRead = (StripeBuffers, Vec<usize>, bool, bool);
+
 /// Why a segment attempt stopped.
 pub(super) enum SegmentError {
     /// A member failed while reading; nothing was written. Try again on the degraded path.
     Retry,
+    /// This role's member failed a read but still serves: rebuild the range around it
+    /// and rewrite it there.
+    Unreadable(usize),
     Fatal(EngineError),
 }
 
@@ -183,41 +189,65 @@ fn push_stripe<'a>(outs: &mut Outs<'a>, roles: &StripeRoles, lo: u64, writes: &[
 }
 
 impl Array {
-    /// Reads member sectors `lo..hi` of every present role, one request per member, in
-    /// parallel. A failed read fails the member and asks for a retry.
-    pub(super) fn read_window(&self, io: &IoMap, lo: u64, hi: u64) -> Result<Window, SegmentError> {
-        self.read_window_with(io, lo, hi, crate::parallel::run_all)
-    }
-
-    /// [`Self::read_window`], the member reads run by `run` (in parallel, or in line by a
-    /// caller that runs several windows at once already).
+    /// Reads member sectors `lo..hi` of every present role, one request per member, the
+    /// reads run by `run` (in parallel, or in line by a caller that runs several windows at
+    /// once already). Without `rebuilding`, a failed read fails the member and asks for a
+    /// retry. With it, those roles are not read (left for the rebuild), and a read error
+    /// that leaves its member serving stops with [`SegmentError::Unreadable`].
     pub(super) fn read_window_with(
         &self,
         io: &IoMap,
         lo: u64,
         hi: u64,
-        run: RunAll<Option<Result<Vec<u8>, String>>>,
+        run: RunAll<Option<Result<Vec<u8>, bool>>>,
+        rebuilding: Option<&[usize]>,
     ) -> Result<Window, SegmentError> {
         let len = ((hi - lo) * SECTOR_BYTES) as usize;
         let results = run((0..io.read.len())
             .map(|role| {
-                let f: Box<dyn FnOnce() -> Option<Result<Vec<u8>, String>> + Send> = Box::new(move || {
+                let f: Box<dyn FnOnce() -> Option<Result<Vec<u8>, bool>> + Send> = Box::new(move || {
                     io.read[role].as_ref()?;
+                    if rebuilding.is_some_and(|r| r.contains(&role)) {
+                        return None;
+                    }
                     let mut b = self.cache.buffer(len);
-                    Some(self.read_member(io, MemberSector { role, sector: lo }, &mut b).map(|_| b))
+                    let ms = MemberSector { role, sector: lo };
+                    Some(match rebuilding {
+                        Some(_) => self.read_member_keeping(io, ms, &mut b, false).map(|_| b).map_err(|f| f.kept),
+                        None => self.read_member(io, ms, &mut b).map(|_| b).map_err(|_| false),
+                    })
                 });
                 (len, f)
             })
             .collect());
         let mut win = Vec::with_capacity(results.len());
-        for r in results {
+        let mut unreadable = None;
+        let mut retry = false;
+        for (role, r) in results.into_iter().enumerate() {
             match r {
                 Some(Ok(b)) => win.push(Some(b)),
-                Some(Err(_)) => return Err(SegmentError::Retry),
+                Some(Err(true)) => {
+                    unreadable.get_or_insert(role);
+                    win.push(None);
+                }
+                Some(Err(false)) => {
+                    retry = true;
+                    win.push(None);
+                }
                 None => win.push(None),
             }
         }
-        Ok(win)
+        match (unreadable, retry) {
+            (Some(role), _) => {
+                self.recycle_window(win);
+                Err(SegmentError::Unreadable(role))
+            }
+            (None, true) => {
+                self.recycle_window(win);
+                Err(SegmentError::Retry)
+            }
+            (None, false) => Ok(win),
+        }
     }
 
     /// Fills every missing role of `win` (member sectors `lo..hi`) by rebuilding each stripe
@@ -269,6 +299,9 @@ impl Array {
     pub(super) fn read_striped_pieces(&self, pieces: &[Piece], out: &mut [u8], locks_held: bool) -> Result<(), EngineError> {
         let io = self.io_map();
         let degraded = io.read.iter().any(|r| r.is_none());
+        // Roles whose members failed a read here but still serve: rebuilt from the others
+        // and rewritten (md's fix_read_error).
+        let mut unreadable: Vec<usize> = Vec::new();
         if !degraded {
             let targets: Vec<(usize, u64, u64)> = pieces
                 .iter()
@@ -277,11 +310,12 @@ impl Array {
                     _ => unreachable!("parity geometry"),
                 })
                 .collect();
-            if self.read_batched(&io, &targets, out) {
-                return Ok(());
+            match self.read_batched(&io, &targets, out) {
+                Ok(()) => return Ok(()),
+                // A member failed: the array is degraded now; read through reconstruction.
+                Err(kept) if kept.is_empty() => return self.read_striped_pieces(pieces, out, locks_held),
+                Err(kept) => unreadable = kept,
             }
-            // A member failed: the array is degraded now; read through reconstruction.
-            return self.read_striped_pieces(pieces, out, locks_held);
         }
         let locs: Vec<(Location, u64)> = pieces
             .iter()
@@ -295,14 +329,35 @@ impl Array {
         let hi = locs.iter().map(|(l, n)| l.member_sector + n).max().unwrap_or(lo);
         let _guard = (!locks_held).then(|| self.locks.lock(first, last));
         let _room = self.cache.reserve((io.read.len() as u64) * (hi - lo) * SECTOR_BYTES);
-        for _ in 0..=self.geometry.raid_disks() {
+        // Each pass loses a member (failed, or unreadable here): at most one per role.
+        for _ in 0..=2 * self.geometry.raid_disks() {
             let io = self.io_map();
-            let mut win = match self.read_window(&io, lo, hi) {
+            unreadable.retain(|&r| io.read[r].is_some());
+            let mut win = match self.read_window_with(&io, lo, hi, crate::parallel::run_all, Some(&unreadable)) {
                 Ok(w) => w,
                 Err(SegmentError::Retry) => continue,
+                Err(SegmentError::Unreadable(role)) => {
+                    unreadable.push(role);
+                    continue;
+                }
                 Err(SegmentError::Fatal(e)) => return Err(e),
             };
             if !self.rebuild_window(&mut win, lo, hi) {
+                self.recycle_window(win);
+                if !unreadable.is_empty() {
+                    // Too little redundancy left to rebuild the unreadable range: as md
+                    // ("read error not correctable"), its members are failed; the next
+                    // pass reports the data lost, or reads it if the failure changed nothing.
+                    for role in std::mem::take(&mut unreadable) {
+                        if let Some(rm) = io.read[role].as_ref() {
+                            self.fail_device(
+                                rm.device,
+                                &format!("read error at member sector {lo}..{hi} not correctable: too few members to rebuild it"),
+                            );
+                        }
+                    }
+                    continue;
+                }
                 return Err(EngineError::Unreadable {
                     offset: pieces[0].array_sector * SECTOR_BYTES,
                     detail: format!("stripes {first}..={last} have too many members missing"),
@@ -319,6 +374,11 @@ impl Array {
                 }
                 at += len;
             }
+            for &role in &unreadable {
+                if let (Some(rm), Some(content)) = (io.read[role].as_ref(), win[role].as_ref()) {
+                    self.rewrite_unreadable(rm, lo, content);
+                }
+            }
             self.recycle_window(win);
             return Ok(());
         }
@@ -327,9 +387,10 @@ impl Array {
 
     /// Reads consecutive pieces of `out` — `targets[i]` = (role, member sector, sectors) of
     /// piece i — with one vectored request per member and contiguous run, members in
-    /// parallel. False (after failing the member) if a read failed; the caller then retries
-    /// on a path that reconstructs or tries another copy.
-    pub(super) fn read_batched(&self, io: &IoMap, targets: &[(usize, u64, u64)], out: &mut [u8]) -> bool {
+    /// parallel. If a read failed, the roles whose members failed it but still serve (below
+    /// `max_read_errors`; the others are failed): the caller then reads on a path that
+    /// rebuilds or tries another copy, and rewrites those members' ranges.
+    pub(super) fn read_batched(&self, io: &IoMap, targets: &[(usize, u64, u64)], out: &mut [u8]) -> Result<(), Vec<usize>> {
         // Carve `out` into one slice per piece, grouped by the role holding it.
         let mut per_role: Vec<Vec<(u64, &mut [u8])>> = (0..io.read.len()).map(|_| Vec::new()).collect();
         let mut rest = out;
@@ -355,17 +416,24 @@ impl Array {
                 }
                 end = sector + sectors;
             }
-            devices.push(rm.device);
+            devices.push((rm.device, role, rm.member.label()));
             batch.push(MemberIo { member: &*rm.member, runs });
         }
+        let mut kept = Vec::new();
         let mut ok = true;
-        for (device, result) in devices.into_iter().zip(crate::parallel::run_member_io(batch)) {
+        for ((device, role, label), result) in devices.into_iter().zip(crate::parallel::run_member_io(batch)) {
             if let Err(e) = result {
-                self.fail_device(device, &format!("read: {e}"));
                 ok = false;
+                if self.read_error_keeps_member(device, &format!("{label}: read: {e}"), &e) {
+                    kept.push(role);
+                }
             }
         }
-        ok
+        if ok {
+            Ok(())
+        } else {
+            Err(kept)
+        }
     }
 
     pub(super) fn recycle_window(&self, win: Window) {
@@ -387,6 +455,7 @@ impl Array {
         stripe: u64,
         lo: u64,
         hi: u64,
+        unreadable: &[usize],
     ) -> Result<(StripeBuffers, Vec<usize>, bool, bool), SegmentError> {
         let roles = self.parity().stripe_roles(stripe);
         let h = ((hi - lo) * SECTOR_BYTES) as usize;
@@ -397,10 +466,13 @@ impl Array {
             all_roles
                 .iter()
                 .map(|&role| {
-                    let f: Box<dyn FnOnce() -> Option<Result<Vec<u8>, String>> + Send> = Box::new(move || {
+                    let f: Box<dyn FnOnce() -> Option<Result<Vec<u8>, MemberReadFailure>> + Send> = Box::new(move || {
                         io.read[role].as_ref()?;
+                        if unreadable.contains(&role) {
+                            return None;
+                        }
                         let mut b = vec![0u8; h];
-                        Some(self.read_member(io, MemberSector { role, sector: lo }, &mut b).map(|_| b))
+                        Some(self.read_member_keeping(io, MemberSector { role, sector: lo }, &mut b, false).map(|_| b))
                     });
                     (h, f)
                 })
@@ -411,7 +483,7 @@ impl Array {
         for (role, r) in all_roles.iter().zip(results) {
             match r {
                 Some(Ok(b)) => blocks.push(b),
-                Some(Err(_)) => return Err(SegmentError::Retry),
+                Some(Err(f)) => return Err(if f.kept { SegmentError::Unreadable(*role) } else { SegmentError::Retry }),
                 None => {
                     missing_roles.push(*role);
                     blocks.push(vec![0u8; h]);
@@ -424,6 +496,62 @@ impl Array {
         let p_missing = missing_roles.contains(&roles.p);
         let q_missing = roles.q.is_some_and(|q| missing_roles.contains(&q));
         Ok((StripeBuffers { data: blocks, p, q }, missing, p_missing, q_missing))
+    }
+
+    /// Reads one stripe's blocks over member sectors `lo..hi`; the caller holds the
+    /// stripe's lock. A read error on a member that still serves (a scrub's or a
+    /// read-modify-write's latent sector; `unreadable` lists roles known to have one) is
+    /// rebuilt from the rest of the stripe and rewritten, then the stripe is read again, so
+    /// the caller goes on over the corrected block. If too little is left to rebuild it, the
+    /// member is failed, as md fails it. Also returns how many blocks were rewritten.
+    pub(super) fn read_stripe_healing(
+        &self,
+        stripe: u64,
+        lo: u64,
+        hi: u64,
+        mut unreadable: Vec<usize>,
+    ) -> Result<(StripeRead, u64), EngineError> {
+        let Some(parity) = self.geometry.as_parity() else { return Err(EngineError::Invalid("not a parity array".into())) };
+        let roles = parity.stripe_roles(stripe);
+        let mut corrected = 0;
+        for _ in 0..=2 * self.geometry.raid_disks() {
+            let io = self.io_map();
+            unreadable.retain(|&r| io.read[r].is_some());
+            let (mut bufs, missing, p_missing, q_missing) = match self.read_stripe_buffers(&io, stripe, lo, hi, &unreadable) {
+                Ok(read) => read,
+                Err(SegmentError::Unreadable(role)) => {
+                    unreadable.push(role);
+                    continue;
+                }
+                Err(SegmentError::Retry) => continue,
+                Err(SegmentError::Fatal(e)) => return Err(e),
+            };
+            if unreadable.is_empty() {
+                return Ok(((bufs, missing, p_missing, q_missing), corrected));
+            }
+            let rebuilt = rebuild(&roles, &mut bufs, &missing, p_missing, q_missing);
+            for role in std::mem::take(&mut unreadable) {
+                let Some(rm) = io.read[role].as_ref() else { continue };
+                let block = if role == roles.p {
+                    Some(&bufs.p)
+                } else if Some(role) == roles.q {
+                    bufs.q.as_ref()
+                } else {
+                    roles.data.iter().position(|&r| r == role).map(|i| &bufs.data[i])
+                };
+                match block.filter(|_| rebuilt) {
+                    Some(content) => {
+                        self.rewrite_unreadable(rm, lo, content);
+                        corrected += 1;
+                    }
+                    None => self.fail_device(
+                        rm.device,
+                        &format!("read error at member sector {lo}..{hi} not correctable: too few members to rebuild it"),
+                    ),
+                }
+            }
+        }
+        Err(EngineError::Failed(format!("stripe {stripe}: members kept failing")))
     }
 
     /// Writes `data` (whole sectors, already split into `pieces`); the caller holds the
@@ -486,6 +614,13 @@ impl Array {
                     outs.truncate(mark);
                     continue;
                 }
+                // A read the plan needs hit a bad sector on a member that stays: rebuild
+                // and rewrite that block (we hold the stripe's lock), then plan again.
+                Err(SegmentError::Unreadable(role)) => {
+                    outs.truncate(mark);
+                    self.read_stripe_healing(stripe, lo, hi, vec![role])?;
+                    continue;
+                }
                 Err(SegmentError::Fatal(e)) => return Err(e),
             }
         }
@@ -494,7 +629,8 @@ impl Array {
 
     /// Reads `ranges` as one batch, all members at once ([`crate::parallel::run_member_io`]:
     /// io_uring on direct members, else the I/O pool). A member whose read fails is failed
-    /// and the caller plans again (nothing has been written yet).
+    /// and the caller plans again (nothing has been written yet), unless it stays below
+    /// `max_read_errors`: then its role is returned as unreadable, to be rewritten.
     fn read_ranges(&self, io: &IoMap, ranges: &[MemberRange]) -> Result<Vec<Vec<u8>>, SegmentError> {
         let mut bufs: Vec<Vec<u8>> = ranges.iter().map(|r| self.cache.buffer((r.sectors * SECTOR_BYTES) as usize)).collect();
         let mut devices = Vec::with_capacity(ranges.len());
@@ -502,21 +638,25 @@ impl Array {
         for (range, buf) in ranges.iter().zip(bufs.iter_mut()) {
             // The plan was made from this map, so a planned read's role is present in it.
             let Some(rm) = io.read.get(range.role).and_then(Option::as_ref) else { return Err(SegmentError::Retry) };
-            devices.push((rm.device, rm.member.label()));
+            devices.push((rm.device, range.role, rm.member.label()));
             let run = Run { offset: rm.data_offset + range.sector * SECTOR_BYTES, bufs: Bufs::Read(vec![buf.as_mut_slice()]) };
             batch.push(MemberIo { member: &*rm.member, runs: vec![run] });
         }
-        let mut failed = false;
-        for ((device, label), result) in devices.into_iter().zip(crate::parallel::run_member_io(batch)) {
+        let (mut failed, mut unreadable) = (false, None);
+        for ((device, role, label), result) in devices.into_iter().zip(crate::parallel::run_member_io(batch)) {
             if let Err(e) = result {
-                self.fail_device(device, &format!("{label}: {e}"));
-                failed = true;
+                if self.read_error_keeps_member(device, &format!("{label}: read: {e}"), &e) {
+                    unreadable.get_or_insert(role);
+                } else {
+                    failed = true;
+                }
             }
         }
-        if failed {
-            return Err(SegmentError::Retry);
+        match (unreadable, failed) {
+            (Some(role), _) => Err(SegmentError::Unreadable(role)),
+            (None, true) => Err(SegmentError::Retry),
+            (None, false) => Ok(bufs),
         }
-        Ok(bufs)
     }
 
     /// Carries out one segment's plan: its reads as one batch, its computation, and its

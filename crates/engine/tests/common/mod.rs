@@ -171,6 +171,9 @@ impl WriteJournal {
 /// What a test member does before its in-memory image serves a write or a flush: watch,
 /// record, or hold the I/O until the test lets it go.
 pub trait Hooks: Send + Sync + 'static {
+    fn before_read(&self, _image: &MemMember, _len: usize, _offset: u64) -> std::io::Result<()> {
+        Ok(())
+    }
     fn before_write(&self, _image: &MemMember, _buf: &[u8], _offset: u64) {}
     fn before_flush(&self, _image: &MemMember) {}
 }
@@ -203,6 +206,7 @@ impl<H: Hooks> Member for Hooked<H> {
         self.image.size_bytes()
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.hooks.before_read(&self.image, buf.len(), offset)?;
         self.image.read_at(buf, offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
