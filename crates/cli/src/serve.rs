@@ -265,7 +265,7 @@ impl Served {
                 Request::Remove { device } => a.remove_device(&self.member_label(&device)?)?,
                 Request::Add { device, force, re_add } => {
                     self.refuse_if_member(&device)?;
-                    let m: Arc<dyn Member> = Arc::new(FileMember::open_with(std::path::Path::new(&device), true, self.args.io.mode())?);
+                    let m: Arc<dyn Member> = crate::util::open_member(std::path::Path::new(&device), true, self.args.io.mode())?;
                     let former = uraid_engine::scan::probe(m.as_ref()).any().is_some_and(|(_, sb)| sb.array_uuid() == a.uuid());
                     match (re_add, force, former) {
                         (true, _, false) => bail!(
@@ -295,8 +295,7 @@ impl Served {
                         // A spare already in the array.
                         Some(spare) => a.replace_with_spare(&old, &spare)?,
                         None => {
-                            let m: Arc<dyn Member> =
-                                Arc::new(FileMember::open_with(std::path::Path::new(&with), true, self.args.io.mode())?);
+                            let m: Arc<dyn Member> = crate::util::open_member(std::path::Path::new(&with), true, self.args.io.mode())?;
                             if force {
                                 a.replace_device_overwriting(&old, m, random_uuid())?;
                             } else {

@@ -72,9 +72,24 @@ impl IoOpt {
     }
 }
 
-/// Opens one device (file or block device) with the given I/O mode.
+/// Opens one device: a file or block device with the given I/O mode, or an NBD export
+/// (`nbd://host[:port]/export`, `nbd+unix:///export?socket=PATH`), which has no local I/O
+/// mode. An NBD member is not locked like a local one: its server decides who may write
+/// (nbdkit and qemu-nbd serve one client unless told otherwise).
 pub fn open_member(path: &Path, writable: bool, mode: IoMode) -> Result<Arc<dyn Member>> {
+    if let Some(uri) = nbd_uri(path)? {
+        let m = uraid_nbd::NbdMember::connect(&uri, writable, uraid_nbd::ClientOptions::default())
+            .with_context(|| format!("connecting to {uri}"))?;
+        return Ok(Arc::new(m));
+    }
     Ok(Arc::new(FileMember::open_with(path, writable, mode)?))
+}
+
+/// The NBD URI a device argument spells, if it spells one (a bad one is an error, not a
+/// file name).
+pub fn nbd_uri(path: &Path) -> Result<Option<uraid_nbd::NbdUri>> {
+    let Some(s) = path.to_str().filter(|s| uraid_nbd::NbdUri::is_uri(s)) else { return Ok(None) };
+    uraid_nbd::NbdUri::parse(s).map(Some).with_context(|| format!("{s}: not a usable NBD URI"))
 }
 
 /// Opens devices (files or block devices), each once: the same device given twice, by any
@@ -100,9 +115,14 @@ pub fn open_members(paths: &[impl AsRef<Path>], writable: bool, mode: IoMode) ->
 enum DeviceKey {
     Existing(uraid_engine::DeviceIdentity),
     New(PathBuf),
+    /// An NBD export, by its normalised URI.
+    Nbd(String),
 }
 
 fn device_key(p: &Path) -> DeviceKey {
+    if let Ok(Some(uri)) = nbd_uri(p) {
+        return DeviceKey::Nbd(uri.to_string());
+    }
     if let Some(id) = uraid_engine::DeviceIdentity::of_path(p) {
         return DeviceKey::Existing(id);
     }

@@ -14,9 +14,11 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod client;
 pub mod protocol;
 pub mod server;
 mod transport;
 
+pub use client::{ClientOptions, NbdMember, NbdUri};
 pub use server::{serve, Export, NbdServer, ServerConfig};
 pub use transport::{bind, Listener, DEFAULT_ADDR, DEFAULT_PORT};

@@ -226,3 +226,87 @@ mod bounded_alloc {
         }
     }
 }
+
+/// nbdkit serving test disks (scripts/setup installs it): the emulated remote members of
+/// the NBD-member tests.
+pub mod nbdkit {
+    use std::path::{Path, PathBuf};
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    /// A hang guard for nbdkit starting, never a speed limit.
+    const START_GUARD: Duration = Duration::from_secs(60);
+
+    /// True when nbdkit runs here. Missing under CI is a failure (scripts/setup installs
+    /// it); elsewhere the test is recorded as skipped.
+    pub fn available(test: &str) -> bool {
+        if Command::new("nbdkit").arg("--version").output().is_ok_and(|o| o.status.success()) {
+            return true;
+        }
+        assert!(!crate::in_ci(), "{test}: nbdkit is missing; scripts/setup installs it");
+        crate::skip(test, "`nbdkit` not found (scripts/setup installs it)");
+        false
+    }
+
+    /// nbdkit serving one export on a Unix socket, in the foreground, killed on drop.
+    pub struct Nbdkit {
+        child: Child,
+        sock: PathBuf,
+        args: Vec<String>,
+    }
+
+    impl Nbdkit {
+        /// Starts `nbdkit ARGS` (plugin, its parameters, filters) on `sock` and waits until
+        /// it accepts connections.
+        pub fn start(sock: &Path, args: &[&str]) -> Nbdkit {
+            let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+            let child = Self::spawn(sock, &args);
+            let mut k = Nbdkit { child, sock: sock.to_path_buf(), args };
+            k.wait_ready();
+            k
+        }
+        fn spawn(sock: &Path, args: &[String]) -> Child {
+            let _ = std::fs::remove_file(sock);
+            Command::new("nbdkit")
+                .args(["-f", "--exit-with-parent", "-U"])
+                .arg(sock)
+                .args(args)
+                .stdout(Stdio::null())
+                // Quiet: every readiness probe below makes it log a broken handshake.
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn nbdkit")
+        }
+        fn wait_ready(&mut self) {
+            let start = Instant::now();
+            while std::os::unix::net::UnixStream::connect(&self.sock).is_err() {
+                if let Some(status) = self.child.try_wait().expect("nbdkit status") {
+                    panic!("nbdkit {:?} exited: {status}", self.args);
+                }
+                assert!(start.elapsed() < START_GUARD, "nbdkit did not start listening: hung");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        /// The export's NBD URI.
+        pub fn uri(&self) -> String {
+            format!("nbd+unix:///?socket={}", self.sock.display())
+        }
+        /// Stops the server (its clients see the connection drop).
+        pub fn kill(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        /// Stops it and starts it again with the same arguments on the same socket.
+        pub fn restart(&mut self) {
+            self.kill();
+            self.child = Self::spawn(&self.sock, &self.args);
+            self.wait_ready();
+        }
+    }
+
+    impl Drop for Nbdkit {
+        fn drop(&mut self) {
+            self.kill();
+        }
+    }
+}

@@ -173,7 +173,7 @@ pub fn run(a: CreateArgs) -> Result<ExitCode> {
                 continue;
             }
             let p = PathBuf::from(d);
-            if !p.exists() {
+            if !p.exists() && crate::util::nbd_uri(&p)?.is_none() {
                 let Some(size) = file_size else {
                     bail!("{d} does not exist; give --size to create it as a sparse file");
                 };

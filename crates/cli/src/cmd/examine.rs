@@ -10,7 +10,6 @@ use uraid_core::metadata::check::{SB090_MAX_DISKS, SB1_MAX_DISKS};
 use uraid_core::metadata::{
     superblock_locations, DeviceRole, DiskDescriptor090, MetadataError, MetadataVersion, Superblock, Superblock090, Superblock1,
 };
-use uraid_engine::{FileMember, Member};
 
 #[derive(Args)]
 pub struct ExamineArgs {
@@ -209,7 +208,7 @@ fn level_name(level: i32) -> String {
 
 fn examine_one(path: &Path) -> Examined {
     let mut e = Examined::empty(path.display().to_string());
-    let member = match FileMember::open(path, false) {
+    let member = match crate::util::open_member(path, false, uraid_engine::IoMode::Buffered) {
         Ok(m) => m,
         Err(err) => {
             e.error = Some(err.to_string());
@@ -221,7 +220,7 @@ fn examine_one(path: &Path) -> Examined {
     if let Some(h) = std::fs::metadata(path).ok().and_then(|m| uraid_engine::ownership::holder(&m)) {
         eprintln!("uraid: warning: {} is in use by {h}: the array is live, its superblock may change", path.display());
     }
-    let probe = uraid_engine::scan::probe(&member);
+    let probe = uraid_engine::scan::probe(&*member);
     if let Some((loc, sb)) = probe.best() {
         e.has_superblock = true;
         e.version = Some(version_name(loc.version));
