@@ -1016,3 +1016,149 @@ fn crash_kill9_then_resync() {
     drop(fuse2);
     println!("{name}: {} durable files intact; {:.1} s", durable.len(), t0.elapsed().as_secs_f64());
 }
+
+// ---------------------------------------------------------------------------------------
+// Bad sectors on NBD members, healed under fio (issue 15's end-to-end check)
+// ---------------------------------------------------------------------------------------
+
+/// An nbdkit `sh` plugin script emulating a disk with latent bad sectors, the way disks
+/// have them: while the file `on` exists, a read touching a range listed in `bad` (byte
+/// `start end` per line) fails with EIO; a write covering a whole listed range remaps it
+/// (removes it from the list). Requests are serialized (the sh plugin's default).
+fn bad_sector_disk(dir: &Path, size: u64) -> PathBuf {
+    std::fs::create_dir_all(dir).expect("disk dir");
+    let img = dir.join("disk.img");
+    File::create(&img).and_then(|f| f.set_len(size)).expect("disk image");
+    std::fs::write(dir.join("bad"), b"").expect("bad list");
+    let script = dir.join("disk.sh");
+    let d = p(dir);
+    std::fs::write(
+        &script,
+        format!(
+            r#"#!/bin/bash
+img={d}/disk.img; bad={d}/bad; on={d}/on
+case "$1" in
+  get_size) stat -c %s "$img" ;;
+  can_write|can_flush) exit 0 ;;
+  pread)
+    if [ -e "$on" ]; then
+      end=$(($4 + $3))
+      while read -r s e; do
+        if [ "$s" -lt "$end" ] && [ "$4" -lt "$e" ]; then echo "EIO latent sector error" >&2; exit 1; fi
+      done < "$bad"
+    fi
+    dd if="$img" iflag=skip_bytes,count_bytes skip="$4" count="$3" bs=64K status=none ;;
+  pwrite)
+    dd of="$img" oflag=seek_bytes seek="$4" conv=notrunc iflag=fullblock bs=64K status=none || exit 1
+    end=$(($4 + $3))
+    awk -v o="$4" -v e="$end" '!($1 >= o && $2 <= e)' "$bad" > "$bad.new" && mv "$bad.new" "$bad" ;;
+  flush) sync "$img" ;;
+  *) exit 2 ;;
+esac
+"#
+        ),
+    )
+    .expect("script");
+    sh("chmod", &["+x", p(&script)]);
+    script
+}
+
+fn bad_ranges_left(dir: &Path) -> usize {
+    std::fs::read_to_string(dir.join("bad")).expect("bad list").lines().filter(|l| !l.trim().is_empty()).count()
+}
+
+fn fio_nbd_available() -> bool {
+    have("fio") && Command::new("sh").arg("-c").arg("fio --enghelp 2>&1 | grep -qw nbd").status().is_ok_and(|s| s.success())
+}
+
+/// fio through uraid's NBD export: sequential 64 KiB writes over `size`, then (with
+/// `verify_only`) only the verify pass of that same job.
+fn fio_verify(uri: &str, size: &str, verify_only: bool) {
+    let mut args = vec![
+        "--name=heal".to_string(),
+        "--ioengine=nbd".into(),
+        format!("--uri={uri}"),
+        "--rw=write".into(),
+        "--bs=64k".into(),
+        format!("--size={size}"),
+        "--iodepth=8".into(),
+        "--verify=crc32c".into(),
+        "--do_verify=1".into(),
+        "--verify_fatal=1".into(),
+        "--verify_state_save=0".into(),
+    ];
+    if verify_only {
+        args.push("--verify_only=1".into());
+    }
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run_limited("fio", &a, &[], Duration::from_secs(600));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && !text.contains("verify: bad"), "fio verify failed:\n{}", describe("fio", &a, &out));
+}
+
+fn member<'a>(d: &'a Value, uri: &str) -> &'a Value {
+    d["devices"].as_array().and_then(|v| v.iter().find(|m| m["device"].as_str() == Some(uri))).unwrap_or_else(|| panic!("{uri} not in {d}"))
+}
+
+#[test]
+fn nbd_members_heal_a_burst_of_read_errors_under_fio_and_fail_past_the_limit() {
+    skip_if!((!uraid_testkit::nbdkit::available("exports: bad sectors on NBD members")).then(|| "nbdkit is missing".to_string()));
+    skip_if!((!fio_nbd_available()).then(|| "fio with the nbd engine is missing".to_string()));
+    for (level, disks, max_read_errors, bursts) in [("5", 4, 20, 6), ("6", 5, 20, 6), ("5", 4, 2, 6)] {
+        let env = Env::new();
+        let name = format!("heal{level}x{max_read_errors}");
+        let size = 24u64 << 20;
+        let dirs: Vec<PathBuf> = (0..disks).map(|i| env.path(&format!("disk{i}"))).collect();
+        let kits: Vec<uraid_testkit::nbdkit::Nbdkit> = dirs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let script = bad_sector_disk(d, size);
+                uraid_testkit::nbdkit::Nbdkit::start(&env.path(&format!("m{i}.sock")), &["sh", p(&script)])
+            })
+            .collect();
+        let uris: Vec<String> = kits.iter().map(|k| k.uri()).collect();
+        let n = disks.to_string();
+        let mut create = vec!["create", "-l", level, "-n", &n, "-c", "64K", "--assume-clean", "--name", &name];
+        create.extend(uris.iter().map(String::as_str));
+        env.uraid(&create);
+        let examined: Value = serde_json::from_str(&env.uraid(&["examine", &uris[1], "--json"])).expect("examine json");
+        let data_offset =
+            examined[0]["data_offset_sectors"].as_u64().or_else(|| examined["data_offset_sectors"].as_u64()).expect("data offset") * 512;
+
+        let sock = env.path("nbd.sock");
+        let members: Vec<PathBuf> = uris.iter().map(PathBuf::from).collect();
+        let limit = max_read_errors.to_string();
+        let mut serve = env.serve(&name, &members, &["--nbd", &format!("unix:{}", p(&sock)), "--max-read-errors", &limit]);
+        let export = format!("nbd+unix:///{name}?socket={}", p(&sock));
+        fio_verify(&export, "8M", false);
+
+        // A burst of latent errors on member 1, inside what fio wrote (its first 8 MiB of
+        // array data span at least the first 2 MiB of each member's data).
+        let ranges: String =
+            (0..bursts).map(|k| format!("{} {}\n", data_offset + k * (256 << 10), data_offset + k * (256 << 10) + 4096)).collect();
+        std::fs::write(dirs[1].join("bad"), ranges).unwrap();
+        std::fs::write(dirs[1].join("on"), b"").unwrap();
+        fio_verify(&export, "8M", true);
+        let d = env.detail(&name);
+        let m1 = member(&d, &uris[1]);
+        if max_read_errors >= bursts as u32 {
+            assert_eq!(m1["state"], "in_sync", "raid{level}: a burst under the limit keeps the member: {m1}");
+            assert!(m1["read_errors_corrected"].as_u64().unwrap_or(0) > 0, "raid{level}: {m1}");
+            // A scrub reaches what fio's reads did not (parity blocks); after it the
+            // member reads clean: a second scrub sees no new error.
+            env.check(&name);
+            assert_eq!(bad_ranges_left(&dirs[1]), 0, "raid{level}: every bad range was rewritten");
+            let seen = member(&env.detail(&name), &uris[1])["read_errors"].as_u64();
+            env.check(&name);
+            assert_eq!(member(&env.detail(&name), &uris[1])["read_errors"].as_u64(), seen, "raid{level}: no error left");
+        } else {
+            // Past the limit: the member is failed, the array keeps serving, fio still
+            // verifies every block.
+            assert_eq!(m1["state"], "faulty", "raid{level}: past max_read_errors the member is failed: {m1}");
+            fio_verify(&export, "8M", true);
+        }
+        env.stop(&mut serve);
+        drop(kits);
+    }
+}
