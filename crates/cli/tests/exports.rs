@@ -1162,3 +1162,52 @@ fn nbd_members_heal_a_burst_of_read_errors_under_fio_and_fail_past_the_limit() {
         drop(kits);
     }
 }
+
+#[test]
+fn nbdkit_error_filter_faults_on_two_raid6_members_under_fio() {
+    skip_if!((!uraid_testkit::nbdkit::available("exports: nbdkit faults under fio")).then(|| "nbdkit is missing".to_string()));
+    skip_if!((!fio_nbd_available()).then(|| "fio with the nbd engine is missing".to_string()));
+    let env = Env::new();
+    let name = "faulty6";
+    let on = env.path("errors-on");
+    let faulty = [1usize, 3];
+    let kits: Vec<uraid_testkit::nbdkit::Nbdkit> = (0..5)
+        .map(|i| {
+            let sock = env.path(&format!("m{i}.sock"));
+            if faulty.contains(&i) {
+                // Random read and write errors (EIO), only while `errors-on` exists.
+                let (rf, wf) = (format!("error-pread-file={}", p(&on)), format!("error-pwrite-file={}", p(&on)));
+                uraid_testkit::nbdkit::Nbdkit::start(
+                    &sock,
+                    &["--filter=error", "memory", "24M", "error=EIO", "error-pread-rate=10%", "error-pwrite-rate=10%", &rf, &wf],
+                )
+            } else {
+                uraid_testkit::nbdkit::Nbdkit::start(&sock, &["memory", "24M"])
+            }
+        })
+        .collect();
+    let uris: Vec<String> = kits.iter().map(|k| k.uri()).collect();
+    let mut create = vec!["create", "-l", "6", "-n", "5", "-c", "64K", "--assume-clean", "--name", name];
+    create.extend(uris.iter().map(String::as_str));
+    env.uraid(&create);
+    let sock = env.path("nbd.sock");
+    let members: Vec<PathBuf> = uris.iter().map(PathBuf::from).collect();
+    let mut serve = env.serve(name, &members, &["--nbd", &format!("unix:{}", p(&sock))]);
+    let export = format!("nbd+unix:///{name}?socket={}", p(&sock));
+    std::fs::write(&on, b"").unwrap();
+    // The array keeps serving and fio verifies every block it wrote.
+    fio_verify(&export, "16M", false);
+    fio_verify(&export, "16M", true);
+    let d = env.detail(name);
+    assert_ne!(d["state"], "failed", "two faulty members are within RAID6's redundancy: {d}");
+    for i in faulty {
+        let m = member(&d, &uris[i]);
+        let hit = m["state"] == "faulty" || m["read_errors"].as_u64().unwrap_or(0) > 0;
+        assert!(hit, "member {i} had errors injected, and detail shows it failed or counting read errors: {m}");
+    }
+    for i in [0usize, 2, 4] {
+        assert_eq!(member(&d, &uris[i])["state"], "in_sync", "member {i} had no fault: {d}");
+    }
+    std::fs::remove_file(&on).unwrap();
+    env.stop(&mut serve);
+}
