@@ -13,7 +13,8 @@
 //! - Durability: FLUSH is sent on every connection that carried a write since the last one.
 //! - Connection loss: requests are retried on a new connection until the member has been
 //!   unreachable for `failfast` (md's failfast, here a time); then they fail with
-//!   `ENOTCONN` and the array fails the member. A write acknowledged but not yet flushed when
+//!   `ENOTCONN` and the array fails the member. A reply that does not come within
+//!   `reply_timeout` (a cut network sends no reset) counts as a lost connection. A write acknowledged but not yet flushed when
 //!   the connection dropped may be lost with the server, so if any such write exists the
 //!   next flush fails instead of pretending (the array then fails the member, and a later
 //!   re-add resyncs it from the bitmap).
@@ -148,11 +149,14 @@ pub struct ClientOptions {
     pub connections: usize,
     /// How long the member may stay unreachable before its requests fail.
     pub failfast: Duration,
+    /// How long a request may wait for its reply before its connection is taken for dead
+    /// (a cut network sends no reset; SCSI's default command timeout is 30 s).
+    pub reply_timeout: Duration,
 }
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        ClientOptions { connections: 4, failfast: Duration::from_secs(10) }
+        ClientOptions { connections: 4, failfast: Duration::from_secs(10), reply_timeout: Duration::from_secs(30) }
     }
 }
 
@@ -479,9 +483,15 @@ impl NbdMember {
                 conn.written.store(true, Ordering::SeqCst);
             }
             let outcome = match conn.submit(header, payload, reply_len) {
-                Ok(rx) => {
-                    rx.recv().unwrap_or_else(|_| Outcome::Lost(io::Error::new(io::ErrorKind::ConnectionAborted, "the reply was lost")))
-                }
+                Ok(rx) => match rx.recv_timeout(self.options.reply_timeout) {
+                    Ok(outcome) => outcome,
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        Outcome::Lost(io::Error::new(io::ErrorKind::TimedOut, format!("no reply within {:?}", self.options.reply_timeout)))
+                    }
+                    Err(mpsc::RecvTimeoutError::Disconnected) => {
+                        Outcome::Lost(io::Error::new(io::ErrorKind::ConnectionAborted, "the reply was lost"))
+                    }
+                },
                 Err(e) => Outcome::Lost(e),
             };
             match outcome {

@@ -8,8 +8,6 @@ use common::{Rng, Running, HANG_GUARD};
 use std::sync::Arc;
 use std::time::Duration;
 use uraid_core::geometry::Level;
-use uraid_core::metadata::create::{plan_create, CreateRequest, InitialSync, NewDevice};
-use uraid_core::metadata::sb1::MdTime;
 use uraid_engine::{Array, ArrayOptions, Member};
 use uraid_nbd::{ClientOptions, Export, NbdMember, NbdUri};
 use uraid_testkit::nbdkit::Nbdkit;
@@ -69,25 +67,6 @@ fn have_nbdkit() -> bool {
     uraid_testkit::nbdkit::available("nbd client vs nbdkit")
 }
 
-/// Creates an array of `level` over `members` with md's defaults and the real planner.
-fn create(level: Level, members: &[Arc<dyn Member>]) {
-    let new = |i: usize| NewDevice { size_bytes: members[i].size_bytes(), device_uuid: [i as u8 + 1; 16] };
-    let mut req = CreateRequest::new(
-        level,
-        "nbd",
-        (0..members.len()).map(|i| Some(new(i))).collect(),
-        [0x42; 16],
-        MdTime::from_parts(1_700_000_000, 0),
-    );
-    req.initial_sync = InitialSync::AssumeClean;
-    if level != Level::Raid1 {
-        req.chunk_bytes = Some(64 << 10);
-    }
-    let plan = plan_create(&req).expect("plan");
-    let m: Vec<Option<Arc<dyn Member>>> = members.iter().map(|m| Some(m.clone())).collect();
-    uraid_engine::create::write_plan(&plan, &m, &[]).expect("write the superblocks");
-}
-
 #[test]
 fn an_array_over_nbdkit_members_works_and_reassembles() {
     if !have_nbdkit() {
@@ -97,7 +76,7 @@ fn an_array_over_nbdkit_members_works_and_reassembles() {
     let kits: Vec<Nbdkit> = (0..4).map(|i| Nbdkit::start(&dir.path().join(format!("m{i}.sock")), &["memory", "16M"])).collect();
     let open = || -> Vec<Arc<dyn Member>> { kits.iter().map(|k| connect(&k.uri(), ClientOptions::default()) as Arc<dyn Member>).collect() };
     let members = open();
-    create(Level::Raid5, &members);
+    common::create_on(Level::Raid5, &members);
     let (array, _) = Array::assemble(members, &ArrayOptions { writable: true, ..Default::default() }).expect("assemble");
     let mut model = vec![0u8; array.size_bytes() as usize];
     array.read(0, &mut model).expect("read");
@@ -163,7 +142,7 @@ fn a_server_restart_is_ridden_out_and_lost_unflushed_writes_are_reported() {
     let image = dir.path().join("disk.img");
     std::fs::write(&image, vec![0u8; 4 << 20]).unwrap();
     let mut kit = Nbdkit::start(&dir.path().join("f.sock"), &["file", &format!("file={}", image.display())]);
-    let m = connect(&kit.uri(), ClientOptions { connections: 2, failfast: HANG_GUARD });
+    let m = connect(&kit.uri(), ClientOptions { connections: 2, failfast: HANG_GUARD, ..Default::default() });
 
     // Flushed, then the server restarts: requests carry on over new connections.
     m.write_at(&[1u8; 8192], 0).unwrap();
@@ -190,7 +169,7 @@ fn a_member_unreachable_past_failfast_fails_its_requests() {
     }
     let dir = tempfile::tempdir().unwrap();
     let mut kit = Nbdkit::start(&dir.path().join("g.sock"), &["memory", "4M"]);
-    let m = connect(&kit.uri(), ClientOptions { connections: 1, failfast: Duration::from_millis(300) });
+    let m = connect(&kit.uri(), ClientOptions { connections: 1, failfast: Duration::from_millis(300), ..Default::default() });
     m.read_at(&mut [0u8; 512], 0).unwrap();
     kit.kill();
     let err = m.read_at(&mut [0u8; 512], 0).expect_err("nobody serves it");

@@ -235,3 +235,24 @@ impl Sock {
 
 /// Seeded test data: the parity crate's generator, shared by every test suite.
 pub use uraid_parity::testdata::Prng as Rng;
+
+/// Creates an array of `level` over `members` with md's defaults and the real planner.
+pub fn create_on(level: Level, members: &[Arc<dyn uraid_engine::Member>]) {
+    use uraid_core::metadata::create::{plan_create, CreateRequest, InitialSync, NewDevice};
+    use uraid_core::metadata::sb1::MdTime;
+    let new = |i: usize| NewDevice { size_bytes: members[i].size_bytes(), device_uuid: [i as u8 + 1; 16] };
+    let mut req = CreateRequest::new(
+        level,
+        "nbd",
+        (0..members.len()).map(|i| Some(new(i))).collect(),
+        [0x42; 16],
+        MdTime::from_parts(1_700_000_000, 0),
+    );
+    req.initial_sync = InitialSync::AssumeClean;
+    if level != Level::Raid1 {
+        req.chunk_bytes = Some(64 << 10);
+    }
+    let plan = plan_create(&req).expect("plan");
+    let m: Vec<Option<Arc<dyn uraid_engine::Member>>> = members.iter().map(|m| Some(m.clone())).collect();
+    uraid_engine::create::write_plan(&plan, &m, &[]).expect("write the superblocks");
+}
