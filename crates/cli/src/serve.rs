@@ -46,6 +46,11 @@ pub struct ServeArgs {
     /// and read back.
     #[arg(long, default_value_t = uraid_core::state::DEFAULT_MAX_READ_ERRORS)]
     pub max_read_errors: u32,
+    /// NBD members: seconds a member may stay unreachable (connection lost, no reply)
+    /// before it is failed. A member failed so is tried again while the array is idle and
+    /// re-added (from the bitmap where it can be) once its server answers.
+    #[arg(long, default_value_t = 10.0)]
+    pub member_failfast: f64,
     /// Export the array over NBD at ADDR: host:port (e.g. 127.0.0.1:10809) or unix:PATH.
     #[arg(long, value_name = "ADDR")]
     pub nbd: Option<String>,
@@ -125,6 +130,10 @@ fn resolve_devices(args: &ServeArgs) -> Result<Vec<PathBuf>> {
 
 pub fn assemble_for_serving(args: &ServeArgs) -> Result<Arc<Served>> {
     let paths = resolve_devices(args)?;
+    let failfast =
+        Duration::try_from_secs_f64(args.member_failfast).map_err(|_| anyhow::anyhow!("--member-failfast must be a number of seconds"))?;
+    let nbd = uraid_nbd::ClientOptions { failfast, ..Default::default() };
+    let _ = crate::util::NBD_OPTIONS.set(nbd);
     let members = open_members(&paths, true, args.io.mode())?;
     let opts = ArrayOptions {
         assemble: AssembleOptions { array_uuid: None, force: args.force, run: args.run },
@@ -346,11 +355,37 @@ impl Served {
     /// The background job loop: requested check/repair, else pending recovery/resync,
     /// paced by [`JobPacer`] (speed_max when idle, speed_min while clients are busy, as md);
     /// marks the array clean when idle.
+    /// md's `--re-add` on a device's return (what udev and `mdadm --incremental` do for
+    /// local disks), for NBD members: one failed because it could not be reached is tried
+    /// again, and once its server answers it is taken back in its old role, rebuilt from
+    /// the bitmap where it can be. Members failed for anything else stay failed.
+    fn re_add_returned_members(&self) {
+        for d in self.array.devices() {
+            if d.state != DeviceState::Faulty || d.failure_kind != Some(uraid_engine::FailureKind::Unreachable) {
+                continue;
+            }
+            let path = std::path::Path::new(&d.label);
+            if !matches!(crate::util::nbd_uri(path), Ok(Some(_))) {
+                continue;
+            }
+            let Ok(member) = crate::util::open_member(path, true, self.args.io.mode()) else { continue };
+            if let Err(e) = self.array.remove_device(&d.label) {
+                eprintln!("uraid: {}: {} is back but could not be removed to re-add it: {e}", self.name(), d.label);
+                continue;
+            }
+            match self.array.re_add_device(member, random_uuid()) {
+                Ok(done) => eprintln!("uraid: {}: {} is reachable again: {done}", self.name(), d.label),
+                Err(e) => eprintln!("uraid: {}: {} is reachable again but the re-add failed: {e}", self.name(), d.label),
+            }
+        }
+    }
+
     fn job_loop(&self) {
         // 4 MiB of member sectors per step: several recovery units, rebuilt concurrently,
         // and still fine-grained enough for the speed limits (20 ms at 200 MB/s).
         let step = 4u64 << 11;
         let mut reported = std::collections::HashSet::new();
+        let mut last_re_add_try = Instant::now();
         while !self.stop.load(Ordering::Acquire) {
             self.log_new_failures(&mut reported);
             let requested = self.job.lock().map(|mut j| j.requested_check.take()).unwrap_or(None);
@@ -361,6 +396,10 @@ impl Served {
             let Some(kind) = kind else {
                 if self.array.dirty_and_idle(Duration::from_millis(200)) {
                     let _ = self.array.mark_clean();
+                }
+                if last_re_add_try.elapsed() >= Duration::from_secs(1) {
+                    self.re_add_returned_members();
+                    last_re_add_try = Instant::now();
                 }
                 std::thread::sleep(Duration::from_millis(50));
                 continue;

@@ -78,12 +78,16 @@ impl IoOpt {
 /// (nbdkit and qemu-nbd serve one client unless told otherwise).
 pub fn open_member(path: &Path, writable: bool, mode: IoMode) -> Result<Arc<dyn Member>> {
     if let Some(uri) = nbd_uri(path)? {
-        let m = uraid_nbd::NbdMember::connect(&uri, writable, uraid_nbd::ClientOptions::default())
-            .with_context(|| format!("connecting to {uri}"))?;
+        let options = NBD_OPTIONS.get().copied().unwrap_or_default();
+        let m = uraid_nbd::NbdMember::connect(&uri, writable, options).with_context(|| format!("connecting to {uri}"))?;
         return Ok(Arc::new(m));
     }
     Ok(Arc::new(FileMember::open_with(path, writable, mode)?))
 }
+
+/// How NBD members are opened in this process (`serve --member-failfast` sets it once,
+/// before any member is opened; every other command uses the defaults).
+pub static NBD_OPTIONS: std::sync::OnceLock<uraid_nbd::ClientOptions> = std::sync::OnceLock::new();
 
 /// The NBD URI a device argument spells, if it spells one (a bad one is an error, not a
 /// file name).

@@ -1074,7 +1074,13 @@ fn fio_nbd_available() -> bool {
 /// fio through uraid's NBD export: sequential 64 KiB writes over `size`, then (with
 /// `verify_only`) only the verify pass of that same job.
 fn fio_verify(uri: &str, size: &str, verify_only: bool) {
+    fio_verify_seeded(uri, size, verify_only, 1)
+}
+
+/// [`fio_verify`] with fio's `randseed` (which also makes the data written).
+fn fio_verify_seeded(uri: &str, size: &str, verify_only: bool, seed: u64) {
     let mut args = vec![
+        format!("--randseed={seed}"),
         "--name=heal".to_string(),
         "--ioengine=nbd".into(),
         format!("--uri={uri}"),
@@ -1209,5 +1215,49 @@ fn nbdkit_error_filter_faults_on_two_raid6_members_under_fio() {
         assert_eq!(member(&d, &uris[i])["state"], "in_sync", "member {i} had no fault: {d}");
     }
     std::fs::remove_file(&on).unwrap();
+    env.stop(&mut serve);
+}
+
+#[test]
+fn an_nbd_member_whose_server_goes_away_is_failed_then_re_added_when_it_returns() {
+    skip_if!((!uraid_testkit::nbdkit::available("exports: NBD member re-add")).then(|| "nbdkit is missing".to_string()));
+    skip_if!((!fio_nbd_available()).then(|| "fio with the nbd engine is missing".to_string()));
+    let env = Env::new();
+    let name = "comeback";
+    let mut kits: Vec<uraid_testkit::nbdkit::Nbdkit> = (0..3)
+        .map(|i| {
+            let img = env.path(&format!("host{i}.img"));
+            File::create(&img).and_then(|f| f.set_len(24 << 20)).expect("image");
+            uraid_testkit::nbdkit::Nbdkit::start(&env.path(&format!("m{i}.sock")), &["file", &format!("file={}", p(&img))])
+        })
+        .collect();
+    let uris: Vec<String> = kits.iter().map(|k| k.uri()).collect();
+    let mut create =
+        vec!["create", "-l", "5", "-n", "3", "-c", "64K", "--assume-clean", "--bitmap", "internal", "--bitmap-chunk", "1M", "--name", name];
+    create.extend(uris.iter().map(String::as_str));
+    env.uraid(&create);
+    let sock = env.path("nbd.sock");
+    let members: Vec<PathBuf> = uris.iter().map(PathBuf::from).collect();
+    let mut serve = env.serve(name, &members, &["--nbd", &format!("unix:{}", p(&sock)), "--member-failfast", "1"]);
+    let export = format!("nbd+unix:///{name}?socket={}", p(&sock));
+    fio_verify_seeded(&export, "8M", false, 1);
+
+    // Member 1's server goes away while fio writes: after the failfast second its member is
+    // failed, and the array carries on degraded.
+    kits[1].kill();
+    fio_verify_seeded(&export, "8M", false, 2);
+    let d = env.detail(name);
+    assert_eq!(member(&d, &uris[1])["state"], "faulty", "{d}");
+
+    // The server comes back (its disk kept what it had): the member is re-added and caught
+    // up from the bitmap, with no command.
+    kits[1].restart();
+    env.wait_for(name, "member 1 re-added and in sync", &mut serve, |d| {
+        member(d, &uris[1])["state"] == "in_sync"
+            && d["devices"].as_array().is_some_and(|v| v.iter().filter(|m| m["state"] == "in_sync").count() == 3)
+    });
+    fio_verify_seeded(&export, "8M", true, 2);
+    let check = env.check(name);
+    assert_eq!(check["mismatch_cnt"], 0, "{check}");
     env.stop(&mut serve);
 }

@@ -15,7 +15,7 @@ pub mod stripe_cache;
 #[allow(unsafe_code)]
 mod uring;
 
-pub use array::{Array, ArrayOptions, AssemblyReport, DeviceInfo, DeviceState, EngineError};
+pub use array::{Array, ArrayOptions, AssemblyReport, DeviceInfo, DeviceState, EngineError, FailureKind};
 pub use member::{FileMember, IoMode, MemMember, Member};
 pub use ownership::DeviceIdentity;
 pub use uring::unavailable as io_uring_unavailable;

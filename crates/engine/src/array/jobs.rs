@@ -260,6 +260,7 @@ impl Array {
                 if let Some(old) = old {
                     meta.devices[old].state = DeviceState::Faulty;
                     meta.devices[old].failure = Some(format!("replaced by {}", meta.devices[device].member.label()));
+                    meta.devices[old].failure_kind = Some(super::FailureKind::Requested);
                 }
             }
             super::assign_in_sync(&mut meta, device, role);

@@ -105,6 +105,7 @@ impl Array {
             data_offset: planned.data_offset_bytes,
             state: DeviceState::Spare,
             failure: None,
+            failure_kind: None,
             bitmap_recovery: false,
             read_errors: ReadErrorStats::default(),
         });
@@ -185,6 +186,7 @@ impl Array {
             data_offset,
             state: DeviceState::Recovering { role, done: 0 },
             failure: None,
+            failure_kind: None,
             bitmap_recovery: true,
             read_errors: ReadErrorStats::default(),
         });
@@ -374,7 +376,7 @@ impl Array {
                 .position(|d| d.member.label() == label)
                 .ok_or_else(|| EngineError::Invalid(format!("{label} is not part of the array")))?
         };
-        self.fail_device(idx, "failed by request");
+        self.fail_device_as(idx, super::FailureKind::Requested, "failed by request");
         Ok(())
     }
 }

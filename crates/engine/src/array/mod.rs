@@ -123,6 +123,8 @@ struct Device {
     state: DeviceState,
     /// Why this process failed the device (the I/O error, or a request), for status.
     failure: Option<String>,
+    /// The same as a kind a program acts on (a member that was unreachable may come back).
+    failure_kind: Option<FailureKind>,
     /// A former member re-added from the bitmap (md's `Bitmap_sync`): while it is
     /// `Recovering`, its rebuild skips regions whose bitmap chunks are clean (written by no
     /// one since it left). Never set for a spare; not recorded on disk, so a restart resumes
@@ -150,10 +152,40 @@ pub struct DeviceInfo {
     pub dev_number: u32,
     /// Why the device was failed while this array was open (md prints it to the kernel log).
     pub failure: Option<String>,
+    /// The kind of that failure.
+    pub failure_kind: Option<FailureKind>,
     /// Read errors seen on this member while the array was open.
     pub read_errors: u64,
     /// Of those, ranges rebuilt from redundancy, rewritten and read back correctly.
     pub read_errors_corrected: u64,
+}
+
+/// Why a device was failed, as a kind a program can act on; the failure's text says more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The member could not be reached (its connection dropped or went silent, or writes
+    /// on a dropped connection may be lost): it may come back, and be re-added.
+    Unreachable,
+    /// A reachable member failed I/O: a write, a read that was not a fixable bad sector, a
+    /// rewrite that did not hold, a range too little redundancy was left to rebuild.
+    Io,
+    /// More read errors than `max_read_errors` (md's limit) in too short a time.
+    TooManyReadErrors,
+    /// Failed on request (`fail`), or retired by a completed hot replace.
+    Requested,
+}
+
+impl FailureKind {
+    /// The kind of a failed member I/O, from the error's kind (never its message).
+    pub fn of_io(e: &std::io::Error) -> FailureKind {
+        use std::io::ErrorKind as K;
+        match e.kind() {
+            K::NotConnected | K::ConnectionAborted | K::ConnectionReset | K::ConnectionRefused | K::BrokenPipe | K::TimedOut => {
+                FailureKind::Unreachable
+            }
+            _ => FailureKind::Io,
+        }
+    }
 }
 
 /// A member read that failed: whether the member still serves (the range is to be
@@ -338,6 +370,7 @@ impl Array {
                 data_offset: candidates[i].superblock.data_offset_sectors() * SECTOR_BYTES,
                 state,
                 failure: None,
+                failure_kind: None,
                 bitmap_recovery: false,
                 read_errors: ReadErrorStats::default(),
             });
@@ -487,6 +520,7 @@ impl Array {
                 state: d.state,
                 dev_number: d.sb.dev_number(),
                 failure: d.failure.clone(),
+                failure_kind: d.failure_kind,
                 read_errors: d.read_errors.seen,
                 read_errors_corrected: d.read_errors.corrected,
             })
@@ -598,11 +632,11 @@ impl Array {
         let mut failed = Vec::new();
         for rm in io.write.iter().chain(&io.replacement).flatten() {
             if let Err(e) = rm.member.flush() {
-                failed.push((rm.device, format!("flush: {e}")));
+                failed.push((rm.device, format!("flush: {e}"), e));
             }
         }
-        for (dev, why) in failed {
-            self.fail_device(dev, &why);
+        for (dev, why, e) in failed {
+            self.fail_device_io(dev, &e, &why);
         }
         self.check_alive()
     }
@@ -629,11 +663,22 @@ impl Array {
     /// other members' superblocks and no longer used. A hot spare, if any, is assigned the
     /// role (the caller's recovery job rebuilds it).
     pub(crate) fn fail_device(&self, device: usize, why: &str) {
+        self.fail_device_as(device, FailureKind::Io, why)
+    }
+
+    /// [`Array::fail_device`] for a member I/O that failed with `error`.
+    pub(crate) fn fail_device_io(&self, device: usize, error: &std::io::Error, why: &str) {
+        self.fail_device_as(device, FailureKind::of_io(error), why)
+    }
+
+    /// [`Array::fail_device`], recording the kind of the failure.
+    pub(crate) fn fail_device_as(&self, device: usize, kind: FailureKind, why: &str) {
         let mut meta = self.lock_meta();
         if meta.devices.get(device).is_none_or(|d| d.state == DeviceState::Faulty) {
             return;
         }
         meta.devices[device].failure = Some(why.to_string());
+        meta.devices[device].failure_kind = Some(kind);
         self.mark_faulty_locked(&mut meta, device);
         if self.writable {
             let resync = self.resync_offset_for_superblock();
@@ -795,7 +840,7 @@ impl Array {
     /// passed `max_read_errors`, or it is not serving.
     pub(crate) fn read_error_keeps_member(&self, device: usize, why: &str, error: &std::io::Error) -> bool {
         if !crate::member::is_medium_error(error) {
-            self.fail_device(device, why);
+            self.fail_device_io(device, error, why);
             return false;
         }
         let mut meta = self.lock_meta();
@@ -809,7 +854,11 @@ impl Array {
             uraid_core::state::ReadErrorVerdict::Rewrite => true,
             uraid_core::state::ReadErrorVerdict::Fail => {
                 let limit = self.max_read_errors;
-                self.fail_device(device, &format!("{why}; {count} read errors, more than max_read_errors ({limit})"));
+                self.fail_device_as(
+                    device,
+                    FailureKind::TooManyReadErrors,
+                    &format!("{why}; {count} read errors, more than max_read_errors ({limit})"),
+                );
                 false
             }
         }

@@ -794,7 +794,7 @@ impl Array {
         }
         for (device, result) in devices.into_iter().zip(crate::parallel::run_member_io(batch)) {
             if let Err(e) = result {
-                self.fail_device(device, &e.to_string());
+                self.fail_device_io(device, &e, &e.to_string());
             }
         }
     }
