@@ -26,7 +26,9 @@ fn netns_available(test: &str) -> bool {
     if !uraid_testkit::nbdkit::available(test) {
         return false;
     }
-    let probe = format!("uraid-probe-{}", std::process::id());
+    // Tests run in parallel: each probe needs its own name.
+    static PROBES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let probe = format!("uraid-probe-{}-{}", std::process::id(), PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     if ip(&["netns", "add", &probe]) {
         ip(&["netns", "del", &probe]);
         return true;
@@ -46,11 +48,14 @@ struct Host {
 
 impl Host {
     fn new(dir: &Path, index: usize) -> Host {
+        // Unique in this process (tests run in parallel) and, by the pid, across processes.
+        static HOSTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let k = HOSTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        assert!(k < 60, "a /30 per host in one /24");
         let pid = std::process::id();
-        let (ns, veth, peer) =
-            (format!("uraid-{pid}-{index}"), format!("ur{}h{index}", pid % 100_000), format!("ur{}n{index}", pid % 100_000));
+        let (ns, veth, peer) = (format!("uraid-{pid}-{k}"), format!("ur{}h{k}", pid % 10_000), format!("ur{}n{k}", pid % 10_000));
         let net = pid % 250;
-        let (here, there) = (format!("10.233.{net}.{}", 4 * index + 1), format!("10.233.{net}.{}", 4 * index + 2));
+        let (here, there) = (format!("10.233.{net}.{}", 4 * k + 1), format!("10.233.{net}.{}", 4 * k + 2));
         let ok = ip(&["netns", "add", &ns])
             && ip(&["link", "add", &veth, "type", "veth", "peer", "name", &peer])
             && ip(&["link", "set", &peer, "netns", &ns])
@@ -59,7 +64,7 @@ impl Host {
             && ip(&["netns", "exec", &ns, "ip", "addr", "add", &format!("{there}/30"), "dev", &peer])
             && ip(&["netns", "exec", &ns, "ip", "link", "set", &peer, "up"])
             && ip(&["netns", "exec", &ns, "ip", "link", "set", "lo", "up"]);
-        let image = dir.join(format!("host{index}.img"));
+        let image = dir.join(format!("host{index}-{k}.img"));
         std::fs::write(&image, vec![0u8; 24 << 20]).expect("image");
         let mut host = Host { ns, veth, addr: there, image, server: None };
         assert!(ok, "setting up host {index}'s namespace failed");
