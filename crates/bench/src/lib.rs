@@ -1,6 +1,7 @@
 //! uraid's benchmarks: workloads, the peers they are compared with, and report rendering.
 
 pub mod array;
+pub mod disks;
 pub mod exports;
 pub mod fio;
 pub mod isal;

@@ -39,6 +39,9 @@ enum Workload {
     /// Per level: stripe-aligned ~1 MiB seq write/read, degraded read, recovery onto a spare,
     /// each against a plain file (the engine targets in README).
     Array(ArrayArgs),
+    /// Workloads on emulated disks (`--disks hdd|ssd|nvme|RATE[:LATENCY]`), each as a
+    /// fraction of its level's bound; `--ten-disk` reproduces md's 10-disk experiment.
+    Disks(DisksArgs),
     /// Parity kernels per operation and stripe shape, warm and cold, against ISA-L and memcpy.
     Parity(ParityArgs),
     /// The same fio jobs in-process, through NBD, through the FUSE file and on a plain file.
@@ -46,6 +49,39 @@ enum Workload {
     /// Member I/O of one request: rayon pool (the engine's) vs serial vs io_uring, on tmpfs,
     /// O_DIRECT files and loop devices (docs/BENCH.md, "io_uring: where it pays off").
     Uring(UringArgs),
+}
+
+#[derive(Args, Clone)]
+struct DisksArgs {
+    /// Disk profile: hdd (180 MB/s, 8 ms, one head), ssd (500 MB/s, 0.1 ms, 4 queues), nvme
+    /// (2 GB/s, 20 µs, 8 queues), or RATE[:LATENCY] with one queue, e.g. 150M:4ms.
+    #[arg(long, default_value = "hdd")]
+    disks: String,
+    /// Levels (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = ["0".to_string(), "5".into(), "6".into()])]
+    levels: Vec<String>,
+    /// Disks per array.
+    #[arg(long, default_value_t = 4)]
+    members: usize,
+    /// Chunk size.
+    #[arg(long, default_value = "64K")]
+    chunk: String,
+    /// Bytes per disk (held in memory).
+    #[arg(long, default_value = "64M")]
+    disk_size: String,
+    /// 4 KiB random writes per random point.
+    #[arg(long, default_value_t = 800)]
+    random_writes: usize,
+    /// Random writes in flight.
+    #[arg(long, default_value_t = 32)]
+    threads: usize,
+    /// Instead: md's 10-disk experiment (RAID0 and RAID6 sequential write, RAID6 check) on
+    /// disks of this profile, scaled to what this machine carries (default 50M:8ms).
+    #[arg(long, num_args = 0..=1, default_missing_value = "50M:8ms")]
+    ten_disk: Option<String>,
+    /// Print one JSON document and nothing else on stdout.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Clone)]
@@ -253,6 +289,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
     match args.workload {
         Some(Workload::Parity(p)) => run_parity(p),
         Some(Workload::Array(a)) => run_array(a),
+        Some(Workload::Disks(a)) => run_disks(a),
         Some(Workload::Exports(a)) => run_exports(a),
         Some(Workload::Uring(a)) => run_uring(a),
         Some(Workload::Compare(c)) => run_compare(c),
@@ -482,6 +519,45 @@ fn run_array(a: ArrayArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&records)?);
     } else {
         print!("{}", uraid_bench::array::render(&records, &backing));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_disks(a: DisksArgs) -> Result<ExitCode> {
+    use uraid_bench::disks;
+    uraid_parity::selection();
+    let disk_bytes = usize::try_from(crate::util::parse_size(&a.disk_size)?)?;
+    let status = StatusLine::new("bench disks", a.json);
+    if let Some(profile) = &a.ten_disk {
+        let p = disks::DiskProfile::parse(profile).map_err(|e| anyhow::anyhow!(e))?;
+        let (records, ratio) = disks::ten_disk_experiment(p, disk_bytes, &mut |line| status.show(line)).map_err(|e| anyhow::anyhow!(e))?;
+        status.done();
+        if a.json {
+            println!(
+                "{}",
+                serde_json::json!({ "profile": profile, "records": records, "raid6_over_raid0_write": ratio, "md_raid6_over_raid0_write": 0.61 })
+            );
+        } else {
+            print!("{}", disks::render(&records, profile));
+            println!("RAID6/RAID0 sequential write: {ratio:.2} (md on 10 × 7200 rpm disks: 1.1/1.8 GB/s = 0.61)");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let cfg = disks::DisksConfig {
+        profile: disks::DiskProfile::parse(&a.disks).map_err(|e| anyhow::anyhow!(e))?,
+        levels: a.levels.iter().map(|l| crate::cmd::create::parse_level(l)).collect::<Result<Vec<_>>>()?,
+        disks: a.members,
+        chunk: u32::try_from(crate::util::parse_size(&a.chunk)?)?,
+        disk_bytes,
+        random_writes: a.random_writes,
+        threads: a.threads.max(1),
+    };
+    let records = disks::run(&cfg, &mut |line| status.show(line)).map_err(|e| anyhow::anyhow!(e))?;
+    status.done();
+    if a.json {
+        println!("{}", serde_json::json!({ "profile": a.disks, "records": records }));
+    } else {
+        print!("{}", disks::render(&records, &a.disks));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -25,7 +25,7 @@ use crate::stripe_cache::{StripeCache, DEFAULT_STRIPE_CACHE_PAGES};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use uraid_core::assemble::{assemble, AssembleOptions, Candidate, Decision, Exclusion};
-use uraid_core::geometry::{ArraySpec, Geometry, Level, MemberSector, Placement, SECTOR_BYTES};
+use uraid_core::geometry::{ArraySpec, Geometry, Level, MemberSector, Piece, Placement, SECTOR_BYTES};
 use uraid_core::metadata::{DeviceRole, MdUuid, Superblock, MAX_SECTOR};
 
 #[derive(Debug, thiserror::Error)]
@@ -143,6 +143,12 @@ struct ReadErrorStats {
     /// Ranges rewritten from redundancy and read back correctly.
     corrected: u64,
 }
+
+/// One member's share of a write batch: the member, and its (byte offset, bytes) writes.
+type DeviceWrites<'a> = (&'a RoleMember, Vec<(u64, &'a [u8])>);
+
+/// Lock units (stripes) a long write takes and writes at once; see [`Array::write`].
+const WRITE_GROUP_UNITS: u64 = 16;
 
 /// Public view of a device, for status displays.
 #[derive(Debug, Clone)]
@@ -1051,15 +1057,21 @@ impl Array {
 
     fn write_sectors(&self, first: u64, data: &[u8]) -> Result<(), EngineError> {
         let (lo, hi) = self.lock_span(first, data.len() as u64 / SECTOR_BYTES);
-        // Lock stripe by stripe for long writes so other requests interleave.
-        if hi - lo > 8 {
+        // Long writes go in groups of WRITE_GROUP_UNITS lock units (stripes), each group's
+        // member writes one batch under its locks, so other requests interleave between
+        // groups. One stripe at a time (the first version) left each member one chunk in
+        // flight between waits: a RAID0 stream reached 0.79 of its disks' bound on emulated
+        // disks, in groups it reaches more (README, "Emulated disks").
+        if hi - lo >= WRITE_GROUP_UNITS {
             let unit = self.lock_unit_sectors();
             let mut at = 0usize;
             let mut sector = first;
             while at < data.len() {
-                let next_boundary = (sector / unit + 1) * unit;
+                let group_lo = sector / unit;
+                let next_boundary = (group_lo + WRITE_GROUP_UNITS) * unit;
                 let n = (((next_boundary - sector) * SECTOR_BYTES) as usize).min(data.len() - at);
-                let _g = self.locks.lock(sector / unit, sector / unit);
+                let group_hi = (sector + n as u64 / SECTOR_BYTES - 1) / unit;
+                let _g = self.locks.lock(group_lo, group_hi);
                 self.write_sectors_locked(sector, &data[at..at + n])?;
                 at += n;
                 sector += n as u64 / SECTOR_BYTES;
@@ -1077,51 +1089,79 @@ impl Array {
         if self.geometry.as_parity().is_some() {
             return self.write_striped(&pieces, data);
         }
+        self.write_simple(&pieces, data)
+    }
+
+    /// Writes the pieces of a linear, RAID0 or mirrored array as one batch: every member's
+    /// share of the whole request (each piece to every present copy, and to a hot
+    /// replacement) goes out at once, one vectored request per member and contiguous run,
+    /// members in parallel; before, pieces went one after another, so a RAID0 stream kept
+    /// one disk busy at a time. A member whose write fails is failed; the request succeeds
+    /// while every piece reached at least one copy the array reads.
+    fn write_simple(&self, pieces: &[Piece], data: &[u8]) -> Result<(), EngineError> {
+        let io = self.io_map();
+        // Per device: the member and its (offset, bytes) writes; per piece: its devices.
+        let mut per_device: std::collections::BTreeMap<usize, DeviceWrites> = std::collections::BTreeMap::new();
+        let mut piece_devices: Vec<Vec<(usize, bool)>> = Vec::with_capacity(pieces.len());
         let mut at = 0usize;
         for piece in pieces {
             let len = (piece.sectors * SECTOR_BYTES) as usize;
             let part = &data[at..at + len];
+            at += len;
             let targets: Vec<MemberSector> = match &piece.placement {
                 Placement::Single(ms) => vec![*ms],
                 Placement::Mirrored(c) => c.clone(),
-                Placement::Striped(_) => unreachable!(),
+                Placement::Striped(_) => unreachable!("parity levels write through write_striped"),
             };
-            self.write_copies(&targets, part, piece.array_sector)?;
-            at += len;
+            let mut devices = Vec::new();
+            for ms in targets {
+                let main = io.write.get(ms.role).and_then(|w| w.as_ref()).map(|rm| (rm, false));
+                let extra = io.replacement.get(ms.role).and_then(|w| w.as_ref()).map(|rm| (rm, true));
+                for (rm, is_replacement) in main.into_iter().chain(extra) {
+                    per_device
+                        .entry(rm.device)
+                        .or_insert_with(|| (rm, Vec::new()))
+                        .1
+                        .push((rm.data_offset + ms.sector * SECTOR_BYTES, part));
+                    devices.push((rm.device, is_replacement));
+                }
+            }
+            if devices.is_empty() {
+                return Err(EngineError::Failed(format!("no member holds array sector {}", piece.array_sector)));
+            }
+            piece_devices.push(devices);
         }
-        Ok(())
-    }
-
-    /// Writes the same bytes to every listed member that is present; fails members whose
-    /// write fails; succeeds while at least one copy was written.
-    fn write_copies(&self, targets: &[MemberSector], data: &[u8], array_sector: u64) -> Result<(), EngineError> {
-        let io = self.io_map();
-        let (devices, batch): (Vec<(usize, bool)>, Vec<MemberIo>) = targets
-            .iter()
-            .flat_map(|ms| {
-                let main = io.write.get(ms.role).and_then(|w| w.as_ref()).map(|rm| (rm, ms.sector, false));
-                let extra = io.replacement.get(ms.role).and_then(|w| w.as_ref()).map(|rm| (rm, ms.sector, true));
-                main.into_iter().chain(extra)
-            })
-            .map(|(rm, sector, is_replacement)| {
-                let run = Run { offset: rm.data_offset + sector * SECTOR_BYTES, bufs: Bufs::Write(vec![data]) };
-                ((rm.device, is_replacement), MemberIo { member: &*rm.member, runs: vec![run] })
-            })
-            .unzip();
-        if batch.is_empty() {
-            return Err(EngineError::Failed(format!("no member holds array sector {array_sector}")));
+        let mut order = Vec::with_capacity(per_device.len());
+        let mut batch = Vec::with_capacity(per_device.len());
+        for (device, (rm, mut writes)) in per_device {
+            writes.sort_by_key(|(offset, _)| *offset);
+            let mut runs: Vec<Run> = Vec::new();
+            for (offset, bytes) in writes {
+                match runs.last_mut() {
+                    Some(Run { offset: start, bufs: Bufs::Write(parts) })
+                        if *start + parts.iter().map(|p| p.len() as u64).sum::<u64>() == offset =>
+                    {
+                        parts.push(bytes)
+                    }
+                    _ => runs.push(Run { offset, bufs: Bufs::Write(vec![bytes]) }),
+                }
+            }
+            order.push(device);
+            batch.push(MemberIo { member: &*rm.member, runs });
         }
-        // Only copies the array reads count: a replacement alone does not hold the data yet.
-        let mut written = 0;
-        for ((device, is_replacement), result) in devices.into_iter().zip(crate::parallel::run_member_io(batch)) {
-            match result {
-                Ok(()) => written += usize::from(!is_replacement),
-                Err(e) => self.fail_device(device, &e.to_string()),
+        let mut failed = std::collections::BTreeSet::new();
+        for (device, result) in order.into_iter().zip(crate::parallel::run_member_io(batch)) {
+            if let Err(e) = result {
+                self.fail_device_io(device, &e, &e.to_string());
+                failed.insert(device);
             }
         }
         self.check_alive()?;
-        if written == 0 {
-            return Err(EngineError::Failed(format!("every copy of array sector {array_sector} failed to write")));
+        // Only copies the array reads count: a replacement alone does not hold the data yet.
+        for (piece, devices) in pieces.iter().zip(&piece_devices) {
+            if !devices.iter().any(|(d, is_replacement)| !is_replacement && !failed.contains(d)) {
+                return Err(EngineError::Failed(format!("every copy of array sector {} failed to write", piece.array_sector)));
+            }
         }
         Ok(())
     }
