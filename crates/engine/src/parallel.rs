@@ -18,11 +18,12 @@ use std::sync::OnceLock;
 /// `O_DIRECT` members in line is 0.72× the pool (one device round trip after another), so
 /// [`run_member_io`] ignores it when every member is direct.
 const PARALLEL_MIN_BYTES: usize = 128 * 1024;
-/// Threads for member I/O: enough for one request to keep every member busy. It was 8, and
-/// a 10-disk array on emulated disks wrote at 0.45 of its bound: two members' share of each
-/// request waited for a free thread (`uraid bench disks --ten-disk`). The threads block on
-/// devices, not on the CPU, and sleep when idle.
-const IO_THREADS: usize = 32;
+/// Threads for member I/O. A batch with more operations than this runs on threads of its
+/// own instead ([`run_all_above`]): with 8 pool threads, a 10-disk array on emulated disks
+/// wrote at 0.45 of its bound, two members' share of each request waiting for a thread
+/// (`uraid bench disks --ten-disk`); a 32-thread pool fixed that but cost tmpfs reads about
+/// 7% (`uraid bench array`: more idle pool threads woken per batch).
+const IO_THREADS: usize = 8;
 
 fn pool() -> Option<&'static rayon::ThreadPool> {
     static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
@@ -45,6 +46,14 @@ fn run_all_above<T: Send>(ops: Ops<'_, T>, min_bytes: usize) -> Vec<T> {
     let Some(pool) = pool().filter(|_| ops.len() >= 2 && total >= min_bytes) else {
         return run_in_line(ops);
     };
+    if ops.len() > IO_THREADS {
+        // More members than pool threads: one thread each (a start costs ~20 µs, nothing
+        // next to a request that spans this many members), so none waits for another.
+        return std::thread::scope(|s| {
+            let handles: Vec<_> = ops.into_iter().map(|(_, op)| s.spawn(op)).collect();
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+        });
+    }
     let mut results: Vec<Option<T>> = (0..ops.len()).map(|_| None).collect();
     pool.scope(|s| {
         for ((_, op), slot) in ops.into_iter().zip(results.iter_mut()) {
