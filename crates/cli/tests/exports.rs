@@ -1023,7 +1023,7 @@ fn crash_kill9_then_resync() {
 
 /// An nbdkit `sh` plugin script emulating a disk with latent bad sectors, the way disks
 /// have them: while the file `on` exists, a read touching a range listed in `bad` (byte
-/// `start end` per line) fails with EIO; a write covering a whole listed range remaps it
+/// `start end` per line) fails with EIO, and a write covering a whole listed range remaps it
 /// (removes it from the list). Requests are serialized (the sh plugin's default).
 fn bad_sector_disk(dir: &Path, size: u64) -> PathBuf {
     std::fs::create_dir_all(dir).expect("disk dir");
@@ -1050,8 +1050,12 @@ case "$1" in
     dd if="$img" iflag=skip_bytes,count_bytes skip="$4" count="$3" bs=64K status=none ;;
   pwrite)
     dd of="$img" oflag=seek_bytes seek="$4" conv=notrunc iflag=fullblock bs=64K status=none || exit 1
-    end=$(($4 + $3))
-    awk -v o="$4" -v e="$end" '!($1 >= o && $2 <= e)' "$bad" > "$bad.new" && mv "$bad.new" "$bad" ;;
+    # Only while the faults are on: the test writes the list before it switches them on,
+    # and a background write (a clean mark) must not rewrite the list meanwhile.
+    if [ -e "$on" ]; then
+      end=$(($4 + $3))
+      awk -v o="$4" -v e="$end" '!($1 >= o && $2 <= e)' "$bad" > "$bad.new" && mv "$bad.new" "$bad"
+    fi ;;
   flush) sync "$img" ;;
   *) exit 2 ;;
 esac
