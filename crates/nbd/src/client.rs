@@ -547,6 +547,44 @@ impl uraid_engine::Member for NbdMember {
         }
         Ok(())
     }
+    // A vectored run is one NBD request (up to MAX_REQUEST bytes), not one per buffer: a
+    // full-stripe write's run of chunks would otherwise cost a round trip per chunk.
+    fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> io::Result<()> {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if bufs.len() < 2 || total > MAX_REQUEST {
+            let mut at = offset;
+            for b in bufs.iter_mut() {
+                self.read_at(b, at)?;
+                at += b.len() as u64;
+            }
+            return Ok(());
+        }
+        self.check_range(offset, total)?;
+        let data = self.request(cmd::READ, 0, offset, total as u32, &[], total)?;
+        let mut at = 0;
+        for b in bufs.iter_mut() {
+            b.copy_from_slice(&data[at..at + b.len()]);
+            at += b.len();
+        }
+        Ok(())
+    }
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if bufs.len() < 2 || total > MAX_REQUEST {
+            let mut at = offset;
+            for b in bufs {
+                self.write_at(b, at)?;
+                at += b.len() as u64;
+            }
+            return Ok(());
+        }
+        if !self.writable {
+            return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("{} was opened read-only", self.label)));
+        }
+        self.check_range(offset, total)?;
+        let payload = bufs.concat();
+        self.request(cmd::WRITE, 0, offset, total as u32, &payload, 0).map(|_| ())
+    }
     fn flush(&self) -> io::Result<()> {
         if !self.writable {
             return Ok(());
