@@ -724,7 +724,8 @@ impl Member for FileMember {
     }
 }
 
-fn check_range(m: &dyn Member, offset: u64, len: usize) -> io::Result<()> {
+/// The error every member gives for an access beyond its end (checked before any I/O).
+pub fn check_range(m: &dyn Member, offset: u64, len: usize) -> io::Result<()> {
     match offset.checked_add(len as u64) {
         Some(end) if end <= m.size_bytes() => Ok(()),
         _ => Err(io::Error::new(

@@ -92,6 +92,31 @@ impl Bufs<'_> {
     }
 }
 
+/// Adds a write of `bytes` at byte `offset` to a member's `runs`: onto the last run when it
+/// ends there (one vectored request), else as a new run. Callers add in offset order.
+pub(crate) fn push_write<'a>(runs: &mut Vec<Run<'a>>, offset: u64, bytes: &'a [u8]) {
+    match runs.last_mut() {
+        Some(run @ Run { bufs: Bufs::Write(_), .. }) if run.offset + run.bufs.bytes() as u64 == offset => {
+            if let Bufs::Write(parts) = &mut run.bufs {
+                parts.push(bytes);
+            }
+        }
+        _ => runs.push(Run { offset, bufs: Bufs::Write(vec![bytes]) }),
+    }
+}
+
+/// [`push_write`] for a read into `buf`.
+pub(crate) fn push_read<'a>(runs: &mut Vec<Run<'a>>, offset: u64, buf: &'a mut [u8]) {
+    match runs.last_mut() {
+        Some(run @ Run { bufs: Bufs::Read(_), .. }) if run.offset + run.bufs.bytes() as u64 == offset => {
+            if let Bufs::Read(parts) = &mut run.bufs {
+                parts.push(buf);
+            }
+        }
+        _ => runs.push(Run { offset, bufs: Bufs::Read(vec![buf]) }),
+    }
+}
+
 /// One request on a member: a vectored read or write at a byte offset.
 pub(crate) struct Run<'a> {
     pub offset: u64,

@@ -259,8 +259,8 @@ impl Array {
                 let old = meta.devices.iter().position(|d| d.state == DeviceState::InSync(role));
                 if let Some(old) = old {
                     meta.devices[old].state = DeviceState::Faulty;
-                    meta.devices[old].failure = Some(format!("replaced by {}", meta.devices[device].member.label()));
-                    meta.devices[old].failure_kind = Some(super::FailureKind::Requested);
+                    let why = format!("replaced by {}", meta.devices[device].member.label());
+                    meta.devices[old].failure = Some((super::FailureKind::Requested, why));
                 }
             }
             super::assign_in_sync(&mut meta, device, role);

@@ -105,7 +105,6 @@ impl Array {
             data_offset: planned.data_offset_bytes,
             state: DeviceState::Spare,
             failure: None,
-            failure_kind: None,
             bitmap_recovery: false,
             read_errors: ReadErrorStats::default(),
         });
@@ -186,7 +185,6 @@ impl Array {
             data_offset,
             state: DeviceState::Recovering { role, done: 0 },
             failure: None,
-            failure_kind: None,
             bitmap_recovery: true,
             read_errors: ReadErrorStats::default(),
         });

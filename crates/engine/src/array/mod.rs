@@ -19,7 +19,7 @@ pub use manage::ReAdd;
 
 use crate::locks::StripeLocks;
 use crate::member::Member;
-use crate::parallel::{Bufs, MemberIo, Run};
+use crate::parallel::MemberIo;
 use crate::scan::probe;
 use crate::stripe_cache::{StripeCache, DEFAULT_STRIPE_CACHE_PAGES};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -121,10 +121,9 @@ struct Device {
     sb_offset: u64,
     data_offset: u64,
     state: DeviceState,
-    /// Why this process failed the device (the I/O error, or a request), for status.
-    failure: Option<String>,
-    /// The same as a kind a program acts on (a member that was unreachable may come back).
-    failure_kind: Option<FailureKind>,
+    /// Why this process failed the device: its kind, which programs act on (a member that
+    /// was unreachable may come back), and the I/O error or request, for status.
+    failure: Option<(FailureKind, String)>,
     /// A former member re-added from the bitmap (md's `Bitmap_sync`): while it is
     /// `Recovering`, its rebuild skips regions whose bitmap chunks are clean (written by no
     /// one since it left). Never set for a spare; not recorded on disk, so a restart resumes
@@ -378,7 +377,6 @@ impl Array {
                 data_offset: candidates[i].superblock.data_offset_sectors() * SECTOR_BYTES,
                 state,
                 failure: None,
-                failure_kind: None,
                 bitmap_recovery: false,
                 read_errors: ReadErrorStats::default(),
             });
@@ -527,8 +525,8 @@ impl Array {
                 label: d.member.label().to_string(),
                 state: d.state,
                 dev_number: d.sb.dev_number(),
-                failure: d.failure.clone(),
-                failure_kind: d.failure_kind,
+                failure: d.failure.as_ref().map(|(_, why)| why.clone()),
+                failure_kind: d.failure.as_ref().map(|(kind, _)| *kind),
                 read_errors: d.read_errors.seen,
                 read_errors_corrected: d.read_errors.corrected,
             })
@@ -685,8 +683,7 @@ impl Array {
         if meta.devices.get(device).is_none_or(|d| d.state == DeviceState::Faulty) {
             return;
         }
-        meta.devices[device].failure = Some(why.to_string());
-        meta.devices[device].failure_kind = Some(kind);
+        meta.devices[device].failure = Some((kind, why.to_string()));
         self.mark_faulty_locked(&mut meta, device);
         if self.writable {
             let resync = self.resync_offset_for_superblock();
@@ -1157,16 +1154,9 @@ impl Array {
         let mut batch = Vec::with_capacity(per_device.len());
         for (device, (rm, mut writes)) in per_device {
             writes.sort_by_key(|(offset, _)| *offset);
-            let mut runs: Vec<Run> = Vec::new();
+            let mut runs = Vec::new();
             for (offset, bytes) in writes {
-                match runs.last_mut() {
-                    Some(Run { offset: start, bufs: Bufs::Write(parts) })
-                        if *start + parts.iter().map(|p| p.len() as u64).sum::<u64>() == offset =>
-                    {
-                        parts.push(bytes)
-                    }
-                    _ => runs.push(Run { offset, bufs: Bufs::Write(vec![bytes]) }),
-                }
+                crate::parallel::push_write(&mut runs, offset, bytes);
             }
             order.push(device);
             batch.push(MemberIo { member: &*rm.member, runs });

@@ -165,38 +165,11 @@ impl Array {
     /// `unreadable`, known to have one) is rebuilt too and rewritten there; the caller holds
     /// the stripes' locks. None when too much is missing (a member that cannot be rebuilt
     /// around is failed, as md fails it).
-    fn parity_role_content(&self, role: usize, lo: u64, hi: u64, mut unreadable: Vec<usize>) -> Option<Vec<u8>> {
-        for _ in 0..=2 * self.geometry.raid_disks() {
-            let io = self.io_map();
-            unreadable.retain(|&r| io.read[r].is_some());
-            let mut win = match self.read_window_with(&io, lo, hi, self.lane_reads(), Some(&unreadable)) {
-                Ok(w) => w,
-                Err(super::striped::SegmentError::Unreadable(r)) => {
-                    unreadable.push(r);
-                    continue;
-                }
-                Err(super::striped::SegmentError::Retry) => continue,
-                Err(super::striped::SegmentError::Fatal(_)) => return None,
-            };
-            if !self.rebuild_window(&mut win, lo, hi) {
-                self.recycle_window(win);
-                for r in unreadable {
-                    if let Some(rm) = io.read[r].as_ref() {
-                        self.fail_device(rm.device, &format!("read error at member sector {lo}..{hi} not correctable during a rebuild"));
-                    }
-                }
-                return None;
-            }
-            for &r in &unreadable {
-                if let (Some(rm), Some(content)) = (io.read[r].as_ref(), win[r].as_ref()) {
-                    self.rewrite_unreadable(rm, lo, content);
-                }
-            }
-            let content = win[role].take();
-            self.recycle_window(win);
-            return content;
-        }
-        None
+    fn parity_role_content(&self, role: usize, lo: u64, hi: u64, unreadable: Vec<usize>) -> Option<Vec<u8>> {
+        let mut win = self.read_window_healing(lo, hi, self.lane_reads(), unreadable).ok()??;
+        let content = win[role].take();
+        self.recycle_window(win);
+        content
     }
 
     /// RAID6 missing only `role`: per stripe, read the n-2 survivors that suffice (all but Q,

@@ -329,11 +329,45 @@ impl Array {
         let hi = locs.iter().map(|(l, n)| l.member_sector + n).max().unwrap_or(lo);
         let _guard = (!locks_held).then(|| self.locks.lock(first, last));
         let _room = self.cache.reserve((io.read.len() as u64) * (hi - lo) * SECTOR_BYTES);
+        let Some(win) = self.read_window_healing(lo, hi, crate::parallel::run_all, unreadable)? else {
+            return Err(EngineError::Unreadable {
+                offset: pieces[0].array_sector * SECTOR_BYTES,
+                detail: format!("stripes {first}..={last} have too many members missing"),
+            });
+        };
+        let mut at = 0usize;
+        for (loc, n) in &locs {
+            let len = (*n * SECTOR_BYTES) as usize;
+            let off = ((loc.member_sector - lo) * SECTOR_BYTES) as usize;
+            let src = win[loc.role].as_ref().map(|b| &b[off..off + len]);
+            match src {
+                Some(src) => out[at..at + len].copy_from_slice(src),
+                None => return Err(EngineError::Failed("rebuilt window lacks a role".into())),
+            }
+            at += len;
+        }
+        self.recycle_window(win);
+        Ok(())
+    }
+
+    /// Reads member sectors `lo..hi` of every present role and rebuilds the missing ones in
+    /// place, healing on the way (md's fix_read_error): a read error that leaves its member
+    /// serving, and the roles in `unreadable` (known to have one), are rebuilt from the rest
+    /// and rewritten there. The caller holds the stripes' locks. `None` when too much is
+    /// missing; members whose bad range could not be rebuilt are failed first, as md fails
+    /// them ("read error not correctable").
+    pub(super) fn read_window_healing(
+        &self,
+        lo: u64,
+        hi: u64,
+        run: RunAll<Option<Result<Vec<u8>, bool>>>,
+        mut unreadable: Vec<usize>,
+    ) -> Result<Option<Window>, EngineError> {
         // Each pass loses a member (failed, or unreadable here): at most one per role.
         for _ in 0..=2 * self.geometry.raid_disks() {
             let io = self.io_map();
             unreadable.retain(|&r| io.read[r].is_some());
-            let mut win = match self.read_window_with(&io, lo, hi, crate::parallel::run_all, Some(&unreadable)) {
+            let mut win = match self.read_window_with(&io, lo, hi, run, Some(&unreadable)) {
                 Ok(w) => w,
                 Err(SegmentError::Retry) => continue,
                 Err(SegmentError::Unreadable(role)) => {
@@ -344,43 +378,27 @@ impl Array {
             };
             if !self.rebuild_window(&mut win, lo, hi) {
                 self.recycle_window(win);
-                if !unreadable.is_empty() {
-                    // Too little redundancy left to rebuild the unreadable range: as md
-                    // ("read error not correctable"), its members are failed; the next
-                    // pass reports the data lost, or reads it if the failure changed nothing.
-                    for role in std::mem::take(&mut unreadable) {
-                        if let Some(rm) = io.read[role].as_ref() {
-                            self.fail_device(
-                                rm.device,
-                                &format!("read error at member sector {lo}..{hi} not correctable: too few members to rebuild it"),
-                            );
-                        }
+                if unreadable.is_empty() {
+                    return Ok(None);
+                }
+                // The next pass, without them, reports the data lost (or reads it, if the
+                // failure changed nothing).
+                for role in std::mem::take(&mut unreadable) {
+                    if let Some(rm) = io.read[role].as_ref() {
+                        self.fail_device(
+                            rm.device,
+                            &format!("read error at member sector {lo}..{hi} not correctable: too few members to rebuild it"),
+                        );
                     }
-                    continue;
                 }
-                return Err(EngineError::Unreadable {
-                    offset: pieces[0].array_sector * SECTOR_BYTES,
-                    detail: format!("stripes {first}..={last} have too many members missing"),
-                });
-            }
-            let mut at = 0usize;
-            for (loc, n) in &locs {
-                let len = (*n * SECTOR_BYTES) as usize;
-                let off = ((loc.member_sector - lo) * SECTOR_BYTES) as usize;
-                let src = win[loc.role].as_ref().map(|b| &b[off..off + len]);
-                match src {
-                    Some(src) => out[at..at + len].copy_from_slice(src),
-                    None => return Err(EngineError::Failed("rebuilt window lacks a role".into())),
-                }
-                at += len;
+                continue;
             }
             for &role in &unreadable {
                 if let (Some(rm), Some(content)) = (io.read[role].as_ref(), win[role].as_ref()) {
                     self.rewrite_unreadable(rm, lo, content);
                 }
             }
-            self.recycle_window(win);
-            return Ok(());
+            return Ok(Some(win));
         }
         Err(EngineError::Failed("members kept failing during a degraded read".into()))
     }
@@ -406,15 +424,9 @@ impl Array {
         for (role, mut parts) in per_role.into_iter().enumerate() {
             let Some(rm) = io.read[role].as_ref().filter(|_| !parts.is_empty()) else { continue };
             parts.sort_by_key(|(sector, _)| *sector);
-            let mut runs: Vec<Run> = Vec::new();
-            let mut end = u64::MAX;
+            let mut runs = Vec::new();
             for (sector, part) in parts {
-                let sectors = part.len() as u64 / SECTOR_BYTES;
-                match runs.last_mut() {
-                    Some(Run { bufs: Bufs::Read(bufs), .. }) if sector == end => bufs.push(part),
-                    _ => runs.push(Run { offset: rm.data_offset + sector * SECTOR_BYTES, bufs: Bufs::Read(vec![part]) }),
-                }
-                end = sector + sectors;
+                crate::parallel::push_read(&mut runs, rm.data_offset + sector * SECTOR_BYTES, part);
             }
             devices.push((rm.device, role, rm.member.label()));
             batch.push(MemberIo { member: &*rm.member, runs });
@@ -780,16 +792,7 @@ impl Array {
                         devices.len() - 1
                     }
                 };
-                let runs = &mut batch[at].runs;
-                let (offset, slice) = (rm.data_offset + sector * SECTOR_BYTES, bytes.as_slice());
-                match runs.last_mut() {
-                    Some(Run { offset: start, bufs: Bufs::Write(parts) })
-                        if *start + parts.iter().map(|p| p.len() as u64).sum::<u64>() == offset =>
-                    {
-                        parts.push(slice)
-                    }
-                    _ => runs.push(Run { offset, bufs: Bufs::Write(vec![slice]) }),
-                }
+                crate::parallel::push_write(&mut batch[at].runs, rm.data_offset + sector * SECTOR_BYTES, bytes.as_slice());
             }
         }
         for (device, result) in devices.into_iter().zip(crate::parallel::run_member_io(batch)) {
