@@ -56,7 +56,8 @@ pub fn members_for(level: Level, wanted: usize) -> usize {
     }
 }
 
-fn data_disks(level: Level, n: usize) -> usize {
+/// Members whose chunks hold data in one stripe (what a full-stripe write moves).
+pub(crate) fn data_disks(level: Level, n: usize) -> usize {
     match level {
         Level::Raid1 => 1,
         Level::Raid4 | Level::Raid5 => n - 1,
@@ -84,10 +85,23 @@ pub(crate) fn build(dir: &Path, level: Level, n: usize, chunk: u32, data_bytes: 
         f.set_len(member_bytes).map_err(|e| e.to_string())?;
         paths.push(p);
     }
+    let members: Vec<Arc<dyn Member>> = paths
+        .iter()
+        .map(|p| FileMember::open(p, true).map(|m| Arc::new(m) as Arc<dyn Member>))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    let array = create_over(level, chunk, members)?;
+    Ok(Built { array, paths, member_bytes })
+}
+
+/// Creates an array of `level` over `members` (md's superblocks from the real create
+/// planner, assume-clean, so no initial sync) and assembles it writable: every bench's
+/// arrays, over files or emulated disks.
+pub(crate) fn create_over(level: Level, chunk: u32, members: Vec<Arc<dyn Member>>) -> Result<Array, String> {
     let mut req = CreateRequest::new(
         level,
         format!("bench-{level}"),
-        (0..n).map(|i| Some(NewDevice { size_bytes: member_bytes, device_uuid: [i as u8 + 1; 16] })).collect(),
+        members.iter().enumerate().map(|(i, m)| Some(NewDevice { size_bytes: m.size_bytes(), device_uuid: [i as u8 + 1; 16] })).collect(),
         [7; 16],
         MdTime::from_parts(1_700_000_000, 0),
     );
@@ -96,15 +110,9 @@ pub(crate) fn build(dir: &Path, level: Level, n: usize, chunk: u32, data_bytes: 
     }
     req.initial_sync = InitialSync::AssumeClean;
     let plan = plan_create(&req).map_err(|e| e.to_string())?;
-    let members: Vec<Arc<dyn Member>> = paths
-        .iter()
-        .map(|p| FileMember::open(p, true).map(|m| Arc::new(m) as Arc<dyn Member>))
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
     let opt: Vec<Option<Arc<dyn Member>>> = members.iter().cloned().map(Some).collect();
     uraid_engine::create::write_plan(&plan, &opt, &[]).map_err(|e| e.to_string())?;
-    let (array, _) = Array::assemble(members, &ArrayOptions { writable: true, ..Default::default() }).map_err(|e| e.to_string())?;
-    Ok(Built { array, paths, member_bytes })
+    Array::assemble(members, &ArrayOptions { writable: true, ..Default::default() }).map(|(a, _)| a).map_err(|e| e.to_string())
 }
 
 /// ~1 MiB, rounded to a whole number of data stripes (full-stripe writes on parity levels).

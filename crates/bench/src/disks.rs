@@ -15,15 +15,14 @@
 //! - RAID5 4K random write: n × one disk's IOPS / 4 (read data and P, write both); RAID6:
 //!   n × IOPS / 6.
 
+use crate::array::data_disks;
 use serde::Serialize;
 use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use uraid_core::geometry::Level;
-use uraid_core::metadata::create::{plan_create, CreateRequest, InitialSync, NewDevice};
-use uraid_core::metadata::sb1::MdTime;
 use uraid_engine::array::CheckReport;
-use uraid_engine::{Array, ArrayOptions, Member};
+use uraid_engine::{Array, Member};
 use uraid_parity::testdata::Prng;
 
 /// How an emulated disk performs.
@@ -119,23 +118,13 @@ impl ModelDisk {
     /// caller copies the bytes, then [`wait_until`]s it: the copy (and a fresh page's first
     /// touch) overlaps the modelled transfer instead of adding to it.
     fn occupy(&self, offset: u64, bytes: usize) -> Instant {
-        {
-            let mut ch = self.channels.lock().unwrap_or_else(|e| e.into_inner());
-            let now = Instant::now();
-            let pick = (0..ch.len()).min_by_key(|&i| (ch[i].0.max(now), ch[i].1 != offset)).unwrap_or(0);
-            let start = ch[pick].0.max(now);
-            let done = start + self.profile.service(bytes, offset, ch[pick].1);
-            ch[pick] = (done, offset + bytes as u64);
-            done
-        }
-    }
-
-    fn check(&self, offset: u64, len: usize) -> io::Result<()> {
-        let size = self.data.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
-        match offset.checked_add(len as u64) {
-            Some(end) if end <= size => Ok(()),
-            _ => Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("{}: beyond the end", self.label))),
-        }
+        let mut ch = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        let pick = (0..ch.len()).min_by_key(|&i| (ch[i].0.max(now), ch[i].1 != offset)).unwrap_or(0);
+        let start = ch[pick].0.max(now);
+        let done = start + self.profile.service(bytes, offset, ch[pick].1);
+        ch[pick] = (done, offset + bytes as u64);
+        done
     }
 }
 
@@ -147,14 +136,14 @@ impl Member for ModelDisk {
         self.data.lock().unwrap_or_else(|e| e.into_inner()).len() as u64
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.check(offset, buf.len())?;
+        uraid_engine::member::check_range(self, offset, buf.len())?;
         let done = self.occupy(offset, buf.len());
         buf.copy_from_slice(&self.data.lock().unwrap_or_else(|e| e.into_inner())[offset as usize..offset as usize + buf.len()]);
         wait_until(done);
         Ok(())
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.check(offset, buf.len())?;
+        uraid_engine::member::check_range(self, offset, buf.len())?;
         let done = self.occupy(offset, buf.len());
         self.data.lock().unwrap_or_else(|e| e.into_inner())[offset as usize..offset as usize + buf.len()].copy_from_slice(buf);
         wait_until(done);
@@ -163,7 +152,7 @@ impl Member for ModelDisk {
     // A vectored request is one request to the disk (one positioning, one transfer).
     fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> io::Result<()> {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
-        self.check(offset, total)?;
+        uraid_engine::member::check_range(self, offset, total)?;
         let done = self.occupy(offset, total);
         {
             let d = self.data.lock().unwrap_or_else(|e| e.into_inner());
@@ -178,7 +167,7 @@ impl Member for ModelDisk {
     }
     fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
-        self.check(offset, total)?;
+        uraid_engine::member::check_range(self, offset, total)?;
         let done = self.occupy(offset, total);
         {
             let mut d = self.data.lock().unwrap_or_else(|e| e.into_inner());
@@ -212,35 +201,11 @@ pub struct DiskRecord {
     pub fraction: f64,
 }
 
-fn data_disks(level: Level, n: usize) -> usize {
-    match level {
-        Level::Raid4 | Level::Raid5 => n - 1,
-        Level::Raid6 => n - 2,
-        Level::Raid1 => 1,
-        Level::Raid10 => n / 2,
-        _ => n,
-    }
-}
-
 /// An array of `level` over `n` model disks of `disk_bytes`, created assume-clean.
 pub fn build(level: Level, n: usize, chunk: u32, disk_bytes: usize, profile: DiskProfile) -> Result<Array, String> {
     let members: Vec<Arc<dyn Member>> =
         (0..n).map(|i| Arc::new(ModelDisk::new(format!("disk{i}"), disk_bytes, profile)) as Arc<dyn Member>).collect();
-    let mut req = CreateRequest::new(
-        level,
-        format!("disks-{level}"),
-        (0..n).map(|i| Some(NewDevice { size_bytes: disk_bytes as u64, device_uuid: [i as u8 + 1; 16] })).collect(),
-        [9; 16],
-        MdTime::from_parts(1_700_000_000, 0),
-    );
-    if level != Level::Raid1 {
-        req.chunk_bytes = Some(chunk);
-    }
-    req.initial_sync = InitialSync::AssumeClean;
-    let plan = plan_create(&req).map_err(|e| e.to_string())?;
-    let opt: Vec<Option<Arc<dyn Member>>> = members.iter().cloned().map(Some).collect();
-    uraid_engine::create::write_plan(&plan, &opt, &[]).map_err(|e| e.to_string())?;
-    let (array, _) = Array::assemble(members, &ArrayOptions { writable: true, ..Default::default() }).map_err(|e| e.to_string())?;
+    let array = crate::array::create_over(level, chunk, members)?;
     // The first write marks the array active: a superblock write per disk, each a seek.
     // Done here, so the workloads measure the steady state (as the `array` bench does
     // after its first request), not a one-time cost that would be a tenth of a short run.
