@@ -498,21 +498,21 @@ impl NbdMember {
                 Outcome::Data(data) => return Ok(data),
                 // The server answered: its verdict stands (EIO is a medium error).
                 Outcome::ServerError(code) => return Err(io::Error::from_raw_os_error(code)),
+                // A flush that was sent and lost its connection may or may not have made the
+                // writes durable; another flush on another connection would not cover writes
+                // acknowledged on the lost one. Say so; the caller fails the member.
+                Outcome::Lost(e) if command == cmd::FLUSH => {
+                    conn.close();
+                    return Err(io::Error::new(
+                        io::ErrorKind::ConnectionAborted,
+                        format!("{}: the connection dropped during a flush: {e}", self.label),
+                    ));
+                }
                 Outcome::Lost(e) => {
                     conn.close();
                     last = Some(e);
                 }
             }
-        }
-    }
-
-    fn check_range(&self, offset: u64, len: usize) -> io::Result<()> {
-        match offset.checked_add(len as u64) {
-            Some(end) if end <= self.size => Ok(()),
-            _ => Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!("{}: {len} bytes at {offset} are beyond its end ({} bytes)", self.label, self.size),
-            )),
         }
     }
 }
@@ -529,7 +529,7 @@ impl uraid_engine::Member for NbdMember {
         self.size
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.check_range(offset, buf.len())?;
+        uraid_engine::member::check_range(self, offset, buf.len())?;
         for (i, part) in buf.chunks_mut(MAX_REQUEST).enumerate() {
             let at = offset + (i * MAX_REQUEST) as u64;
             let data = self.request(cmd::READ, 0, at, part.len() as u32, &[], part.len())?;
@@ -541,7 +541,7 @@ impl uraid_engine::Member for NbdMember {
         if !self.writable {
             return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("{} was opened read-only", self.label)));
         }
-        self.check_range(offset, buf.len())?;
+        uraid_engine::member::check_range(self, offset, buf.len())?;
         for (i, part) in buf.chunks(MAX_REQUEST).enumerate() {
             self.request(cmd::WRITE, 0, offset + (i * MAX_REQUEST) as u64, part.len() as u32, part, 0)?;
         }
@@ -559,7 +559,7 @@ impl uraid_engine::Member for NbdMember {
             }
             return Ok(());
         }
-        self.check_range(offset, total)?;
+        uraid_engine::member::check_range(self, offset, total)?;
         let data = self.request(cmd::READ, 0, offset, total as u32, &[], total)?;
         let mut at = 0;
         for b in bufs.iter_mut() {
@@ -581,7 +581,7 @@ impl uraid_engine::Member for NbdMember {
         if !self.writable {
             return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("{} was opened read-only", self.label)));
         }
-        self.check_range(offset, total)?;
+        uraid_engine::member::check_range(self, offset, total)?;
         let payload = bufs.concat();
         self.request(cmd::WRITE, 0, offset, total as u32, &payload, 0).map(|_| ())
     }
@@ -610,23 +610,25 @@ impl uraid_engine::Member for NbdMember {
         if carried.is_empty() {
             return Ok(());
         }
-        // With multi-conn one flush covers every connection's completed writes.
-        if self.flags & tflags::CAN_MULTI_CONN != 0 {
-            for c in &carried {
-                c.written.store(false, Ordering::SeqCst);
-            }
-            return self.request(cmd::FLUSH, 0, 0, 0, &[], 0).map(|_| ());
-        }
-        for c in carried {
+        // One flush: with multi-conn it covers every connection's completed writes, and
+        // without it there is one connection. The flags are cleared first, so a write that
+        // lands meanwhile sets its own again; they come back if the flush fails.
+        for c in &carried {
             c.written.store(false, Ordering::SeqCst);
         }
-        self.request(cmd::FLUSH, 0, 0, 0, &[], 0).map(|_| ())
+        let flushed = self.request(cmd::FLUSH, 0, 0, 0, &[], 0).map(|_| ());
+        if flushed.is_err() {
+            for c in &carried {
+                c.written.store(true, Ordering::SeqCst);
+            }
+        }
+        flushed
     }
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
         if self.flags & tflags::SEND_TRIM == 0 {
             return Ok(()); // discard is advisory
         }
-        self.check_range(offset, usize::try_from(len).unwrap_or(usize::MAX))?;
+        uraid_engine::member::check_range(self, offset, usize::try_from(len).unwrap_or(usize::MAX))?;
         let mut at = 0;
         while at < len {
             let n = (len - at).min(MAX_REQUEST as u64);
