@@ -365,7 +365,11 @@ impl Served {
                 continue;
             }
             let path = std::path::Path::new(&d.label);
-            if !matches!(crate::util::nbd_uri(path), Ok(Some(_))) {
+            let Ok(Some(uri)) = crate::util::nbd_uri(path) else { continue };
+            // A quick look first: this runs on the job thread, and a server that is still
+            // unreachable must cost it a second, not the member's whole failfast time.
+            let quick = uraid_nbd::ClientOptions { connections: 1, failfast: Duration::from_secs(1), ..Default::default() };
+            if uraid_nbd::NbdMember::connect(&uri, false, quick).is_err() {
                 continue;
             }
             let Ok(member) = crate::util::open_member(path, true, self.args.io.mode()) else { continue };
