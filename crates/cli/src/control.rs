@@ -35,6 +35,12 @@ pub enum Request {
     Check {
         repair: bool,
     },
+    /// List a range as bad on a member (md's sysfs `bad_blocks` store).
+    BadBlocks {
+        device: String,
+        start: u64,
+        sectors: u64,
+    },
     Stop,
 }
 
@@ -77,6 +83,10 @@ pub struct DeviceStatus {
     /// Of those, ranges rebuilt from redundancy, rewritten and read back (md's `errors`).
     #[serde(default)]
     pub read_errors_corrected: u64,
+    /// The member's bad-block log: (first sector, sectors), absolute device sectors as md's
+    /// sysfs `bad_blocks` lists them. Empty when nothing is listed or there is no log.
+    #[serde(default)]
+    pub bad_blocks: Vec<(u64, u64)>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -37,6 +37,8 @@ enum Command {
     Detail(cmd::ctl::NameArgs),
     /// Mark a member faulty (like `mdadm --fail`).
     Fail(cmd::ctl::DeviceArgs),
+    /// List a range of a member as bad in its bad-block log (md's sysfs `bad_blocks`).
+    Badblocks(cmd::ctl::BadBlocksArgs),
     /// Remove a faulty or spare device (like `mdadm --remove`).
     Remove(cmd::ctl::DeviceArgs),
     /// Add a device as a spare; it is rebuilt at once if a member is missing.
@@ -69,6 +71,7 @@ fn main() -> ExitCode {
         Command::Status(args) => cmd::ctl::status(args),
         Command::Detail(args) => cmd::ctl::detail(args),
         Command::Fail(args) => cmd::ctl::fail(args),
+        Command::Badblocks(args) => cmd::ctl::bad_blocks(args),
         Command::Remove(args) => cmd::ctl::remove(args),
         Command::Add(args) => cmd::ctl::add(args),
         Command::Replace(args) => cmd::ctl::replace(args),

@@ -188,6 +188,7 @@ impl Served {
                     failure: d.failure,
                     read_errors: d.read_errors,
                     read_errors_corrected: d.read_errors_corrected,
+                    bad_blocks: d.bad_blocks.iter().map(|r| (r.start, r.sectors)).collect(),
                 }
             })
             .collect();
@@ -271,6 +272,7 @@ impl Served {
             match req {
                 Request::Status => {}
                 Request::Fail { device } => a.fail_device_by_label(&self.member_label(&device)?)?,
+                Request::BadBlocks { device, start, sectors } => a.add_bad_blocks(&self.member_label(&device)?, start, sectors)?,
                 Request::Remove { device } => a.remove_device(&self.member_label(&device)?)?,
                 Request::Add { device, force, re_add } => {
                     self.refuse_if_member(&device)?;

@@ -5,6 +5,7 @@
 #![deny(unsafe_code)]
 
 pub mod array;
+pub mod bad_blocks;
 pub mod create;
 pub mod locks;
 pub mod member;

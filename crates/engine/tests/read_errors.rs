@@ -57,7 +57,15 @@ struct Rig {
 }
 
 fn rig(shape: &Shape, writable: bool, max_read_errors: u32, seed: u64) -> Rig {
+    rig_with(shape, writable, max_read_errors, seed, true)
+}
+
+/// `bad_block_log`: false makes the members as md makes them without room for one.
+fn rig_with(shape: &Shape, writable: bool, max_read_errors: u32, seed: u64, bad_block_log: bool) -> Rig {
     let made = make(shape);
+    if !bad_block_log {
+        made.members.iter().for_each(|m| without_bad_block_log(m));
+    }
     let bad: Vec<Arc<Hooked<BadSectors>>> = made.members.iter().map(|m| Hooked::new(m.clone(), BadSectors::default())).collect();
     let devs: Vec<Arc<dyn Member>> = bad.iter().map(|b| b.clone() as Arc<dyn Member>).collect();
     let mut opts = ArrayOptions { writable: true, max_read_errors, ..Default::default() };
@@ -156,14 +164,23 @@ fn a_member_past_max_read_errors_is_failed_and_the_data_still_reads() {
 }
 
 #[test]
-fn a_sector_that_stays_bad_after_the_rewrite_fails_the_member() {
-    let r = rig(&shape(Level::Raid6, 5), true, 20, 14);
-    let at = r.data_offset + (128 << 10);
-    r.bad[3].add(at, at + 512, false);
-    read_in_requests(&r.array, &r.model);
-    let m3 = device(&r.array, "m3");
-    assert_eq!(m3.state, DeviceState::Faulty, "{m3:?}");
-    assert_eq!(m3.read_errors_corrected, 0);
+fn a_sector_that_stays_bad_after_the_rewrite_is_listed_or_fails_the_member() {
+    for log in [false, true] {
+        let r = rig_with(&shape(Level::Raid6, 5), true, 20, 14, log);
+        let at = r.data_offset + (128 << 10);
+        r.bad[3].add(at, at + 512, false);
+        read_in_requests(&r.array, &r.model);
+        let m3 = device(&r.array, "m3");
+        if log {
+            // md's fix_read_error with a bad-block log: the range is listed, the member stays.
+            assert_eq!(m3.state, DeviceState::InSync(3), "{m3:?}");
+            assert!(m3.bad_blocks.iter().any(|b| b.start * 512 <= at && at < b.end() * 512), "{m3:?}");
+            read_in_requests(&r.array, &r.model);
+        } else {
+            assert_eq!(m3.state, DeviceState::Faulty, "{m3:?}");
+            assert_eq!(m3.read_errors_corrected, 0);
+        }
+    }
 }
 
 #[test]
@@ -178,15 +195,19 @@ fn degraded_raid6_still_heals_and_degraded_raid5_cannot() {
     assert_eq!(m1.state, DeviceState::InSync(1), "{m1:?}");
     assert_eq!(m1.read_errors_corrected, 1);
 
-    // RAID5 missing m0: nothing is left to rebuild m1's bad range from; as md, the member
-    // is failed and the data there is reported lost, never made up.
-    let r = rig(&shape(Level::Raid5, 4), true, 20, 16);
-    r.array.fail_device_by_label("m0").unwrap();
-    let at = r.data_offset + (96 << 10);
-    r.bad[1].add(at, at + 4096, true);
-    let mut buf = vec![0u8; r.model.len()];
-    assert!(r.array.read(0, &mut buf).is_err(), "a read of lost data must fail");
-    assert_eq!(device(&r.array, "m1").state, DeviceState::Faulty);
+    // RAID5 missing m0: nothing is left to rebuild m1's bad range from; the data there is
+    // reported lost, never made up. Without a bad-block log md fails the member; with one
+    // it keeps it (only those stripes are lost).
+    for log in [false, true] {
+        let r = rig_with(&shape(Level::Raid5, 4), true, 20, 16, log);
+        r.array.fail_device_by_label("m0").unwrap();
+        let at = r.data_offset + (96 << 10);
+        r.bad[1].add(at, at + 4096, true);
+        let mut buf = vec![0u8; r.model.len()];
+        assert!(r.array.read(0, &mut buf).is_err(), "a read of lost data must fail");
+        let expect = if log { DeviceState::InSync(1) } else { DeviceState::Faulty };
+        assert_eq!(device(&r.array, "m1").state, expect, "log {log}");
+    }
 }
 
 #[test]

@@ -200,6 +200,10 @@ fn detail_text(st: &ArrayStatus) -> String {
         if d.read_errors > 0 {
             s += &format!("             read errors: {} ({} corrected from redundancy)\n", d.read_errors, d.read_errors_corrected);
         }
+        if !d.bad_blocks.is_empty() {
+            let list: Vec<String> = d.bad_blocks.iter().map(|(start, n)| format!("{start}+{n}")).collect();
+            s += &format!("             bad blocks (sector+count): {}\n", list.join(" "));
+        }
     }
     s + &mdstat(st)
 }
@@ -222,6 +226,35 @@ pub fn fail(a: DeviceArgs) -> Result<ExitCode> {
     if !a.json {
         eprintln!("uraid: set {} faulty in {}", a.device, a.name);
     }
+    print_status(&st, a.json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Args)]
+pub struct BadBlocksArgs {
+    /// Array name or uuid.
+    name: String,
+    /// Member device or image file.
+    device: String,
+    /// The range to list as bad: FIRST+COUNT in absolute device sectors (as
+    /// `examine --badblocks` prints them), e.g. 4096+8.
+    #[arg(long, value_parser = parse_sector_range)]
+    add: (u64, u64),
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_sector_range(s: &str) -> Result<(u64, u64), String> {
+    let (a, b) = s.split_once('+').ok_or("expected FIRST+COUNT, e.g. 4096+8")?;
+    let first = a.trim().parse().map_err(|e| format!("first sector {a:?}: {e}"))?;
+    let count = b.trim().parse().map_err(|e| format!("count {b:?}: {e}"))?;
+    Ok((first, count))
+}
+
+/// `uraid badblocks NAME DEV --add FIRST+COUNT`: md's `echo FIRST COUNT > dev-*/bad_blocks`.
+pub fn bad_blocks(a: BadBlocksArgs) -> Result<ExitCode> {
+    let (start, sectors) = a.add;
+    let st = call(&a.name, Request::BadBlocks { device: absolute(&a.device), start, sectors })?;
     print_status(&st, a.json)?;
     Ok(ExitCode::SUCCESS)
 }

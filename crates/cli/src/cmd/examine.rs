@@ -6,9 +6,10 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use uraid_core::geometry::{Algorithm, Level};
+use uraid_core::metadata::badblocks::decode_entries;
 use uraid_core::metadata::check::{SB090_MAX_DISKS, SB1_MAX_DISKS};
 use uraid_core::metadata::{
-    superblock_locations, DeviceRole, DiskDescriptor090, MetadataError, MetadataVersion, Superblock, Superblock090, Superblock1,
+    superblock_locations, DeviceRole, DiskDescriptor090, FeatureMap, MetadataError, MetadataVersion, Superblock, Superblock090, Superblock1,
 };
 
 #[derive(Args)]
@@ -19,6 +20,10 @@ pub struct ExamineArgs {
     /// Print a JSON array (one object per device) and nothing else on stdout.
     #[arg(long)]
     json: bool,
+    /// Print each device's bad-block log, as `mdadm --examine-badblocks` does (with
+    /// --json, every object has a `bad_blocks` list either way).
+    #[arg(long)]
+    badblocks: bool,
 }
 
 /// One device's superblock, in mdadm's terms.
@@ -52,6 +57,11 @@ struct Examined {
     array_state: Option<String>,
     bitmap_offset_sectors: Option<i64>,
     bad_block_log: Option<String>,
+    /// The bad-block log's entries as stored: [first sector, sectors], absolute device
+    /// sectors. `None` when the device has no log configured.
+    bad_blocks: Option<Vec<(u64, u64)>>,
+    /// Why the log could not be read, if so.
+    bad_blocks_error: Option<String>,
 }
 
 impl Examined {
@@ -84,6 +94,8 @@ impl Examined {
             array_state: None,
             bitmap_offset_sectors: None,
             bad_block_log: None,
+            bad_blocks: None,
+            bad_blocks_error: None,
         }
     }
 }
@@ -144,9 +156,13 @@ fn fill_v1(e: &mut Examined, sb: &Superblock1, dev_size: u64) {
     e.checksum_correct = Some(computed == sb.sb_csum);
     e.state = Some(if sb.resync_offset_sectors == u64::MAX { "clean" } else { "active" }.into());
     e.bitmap_offset_sectors = sb.bitmap_offset_sectors().map(i64::from);
-    if sb.bblog_size_sectors > 0 {
-        e.bad_block_log =
-            Some(format!("{} entries available at offset {} sectors", sb.bblog_size_sectors as u64 * 512 / 8, sb.bblog_offset_sectors));
+    if sb.bblog_size_sectors > 0 && sb.bblog_offset_sectors != 0 {
+        let present = if sb.feature_map.contains(FeatureMap::BAD_BLOCKS) { " - bad blocks present." } else { "" };
+        e.bad_block_log = Some(format!(
+            "{} entries available at offset {} sectors{present}",
+            sb.bblog_size_sectors as u64 * 512 / 8,
+            sb.bblog_offset_sectors
+        ));
     }
     let _ = dev_size;
     // Array state as mdadm prints it: one letter per role, A = active, . = missing. Only
@@ -227,7 +243,10 @@ fn examine_one(path: &Path) -> Examined {
         e.array_uuid = Some(sb.array_uuid().to_string());
         e.role = Some(role_name(sb.role()));
         match sb {
-            Superblock::V1(v1) => fill_v1(&mut e, v1, member.size_bytes()),
+            Superblock::V1(v1) => {
+                fill_v1(&mut e, v1, member.size_bytes());
+                read_bad_blocks(&mut e, &*member, v1);
+            }
             Superblock::V090(v0) => {
                 e.super_offset_sectors = Some(loc.offset_bytes / 512);
                 fill_v090(&mut e, v0)
@@ -265,6 +284,44 @@ fn examine_one(path: &Path) -> Examined {
     e
 }
 
+/// The bad-block log's stored entries, read as mdadm's `examine_badblocks_super1` reads
+/// them (same conditions for "no log configured" and "empty").
+fn read_bad_blocks(e: &mut Examined, member: &dyn uraid_engine::member::Member, sb: &Superblock1) {
+    if sb.bblog_size_sectors == 0 || sb.bblog_size_sectors > 100 || sb.bblog_offset_sectors == 0 {
+        return;
+    }
+    if !sb.feature_map.contains(FeatureMap::BAD_BLOCKS) {
+        e.bad_blocks = Some(Vec::new());
+        return;
+    }
+    let at = (sb.super_offset_sectors as i64 + i64::from(sb.bblog_offset_sectors)) * 512;
+    let mut log = vec![0u8; usize::from(sb.bblog_size_sectors) * 512];
+    let read = u64::try_from(at).map_err(|_| "the log lies before the device start".to_string()).and_then(|at| {
+        member.read_at(&mut log, at).map_err(|err| format!("cannot read the bad-block log: {err}"))?;
+        decode_entries(&log, sb.bblog_shift).map_err(|err| err.to_string())
+    });
+    match read {
+        Ok(entries) => e.bad_blocks = Some(entries.iter().map(|r| (r.start, r.sectors)).collect()),
+        Err(why) => e.bad_blocks_error = Some(why),
+    }
+}
+
+/// mdadm --examine-badblocks's text for one device.
+fn print_bad_blocks(e: &Examined) {
+    let dev = &e.device;
+    match (&e.bad_blocks, &e.bad_blocks_error) {
+        (_, Some(why)) => println!("{dev}: {why}"),
+        (None, None) => println!("No bad-blocks list configured on {dev}"),
+        (Some(list), None) if list.is_empty() => println!("Bad-blocks list is empty in {dev}"),
+        (Some(list), None) => {
+            println!("Bad-blocks on {dev}:");
+            for (sector, count) in list {
+                println!("{sector:>20} for {count} sectors");
+            }
+        }
+    }
+}
+
 pub fn run(a: ExamineArgs) -> Result<ExitCode> {
     let results: Vec<Examined> = a.devices.iter().map(|p| examine_one(p)).collect();
     let all_ok = results.iter().all(|e| e.has_superblock);
@@ -279,6 +336,10 @@ pub fn run(a: ExamineArgs) -> Result<ExitCode> {
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
+    } else if a.badblocks {
+        for e in results.iter().filter(|e| e.has_superblock) {
+            print_bad_blocks(e);
+        }
     } else {
         for e in &results {
             print_text(e);

@@ -11,6 +11,7 @@
 mod codec;
 
 pub mod add;
+pub mod badblocks;
 pub mod bitmap;
 pub mod check;
 pub mod create;
@@ -21,6 +22,7 @@ mod update;
 use crate::geometry::Level;
 use std::fmt;
 
+pub use badblocks::{BadBlockList, BadBlockLogError, SectorRange};
 pub use bitmap::{BitmapSuperblock, WriteIntentBits};
 pub use sb090::{DiskDescriptor090, Superblock090};
 pub use sb1::{FeatureMap, MdTime, PplArea, Superblock1};

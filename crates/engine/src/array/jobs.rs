@@ -342,7 +342,7 @@ impl Array {
                         out.push((qr, pos, q));
                     }
                     self.bitmap_prepare_sync_write(pos, n);
-                    self.write_members(&out);
+                    self.write_members(&out)?;
                     report.repaired_rows += rows_bad.len() as u64;
                 }
                 Ok(())
@@ -393,7 +393,7 @@ impl Array {
         }
         if mode != SyncMode::Check {
             self.bitmap_prepare_sync_write(pos, (h as u64) / SECTOR_BYTES);
-            self.write_members(&[(role, pos, fresh.as_slice())]);
+            self.write_members(&[(role, pos, fresh.as_slice())])?;
             report.repaired_rows += bad_rows;
         }
         Ok(())
@@ -440,8 +440,9 @@ impl Array {
             let Some(reference) = reference else { continue };
             for ms in unreadable {
                 if let Some(rm) = io.read[ms.role].as_ref() {
-                    self.rewrite_unreadable(rm, ms.sector, &reference);
-                    report.read_errors_corrected += 1;
+                    if self.rewrite_unreadable(rm, ms.sector, &reference) {
+                        report.read_errors_corrected += 1;
+                    }
                 }
             }
             if stale.is_empty() {
@@ -453,7 +454,7 @@ impl Array {
             if mode != SyncMode::Check {
                 let out: Vec<(usize, u64, &[u8])> = stale.iter().map(|ms| (ms.role, ms.sector, reference.as_slice())).collect();
                 self.bitmap_prepare_sync_write(pos, n);
-                self.write_members(&out);
+                self.write_members(&out)?;
                 report.repaired_rows += stale.len() as u64;
             }
         }

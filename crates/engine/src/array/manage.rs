@@ -1,7 +1,7 @@
 //! Changing which devices belong to a running array: add a spare, re-add a former member,
 //! remove a failed or spare device (as `mdadm --add` / `--re-add` / `--remove`).
 
-use super::{now_seconds, superblock_bytes, Array, Device, DeviceState, EngineError, ReadErrorStats};
+use super::{now_seconds, superblock_bytes, Array, Device, DeviceState, EngineError};
 use crate::member::Member;
 use std::sync::Arc;
 use uraid_core::geometry::Level;
@@ -98,16 +98,9 @@ impl Array {
             .write_at(&superblock_bytes(&sb), planned.superblock_offset_bytes)
             .and_then(|_| member.flush())
             .map_err(|e| EngineError::Invalid(format!("{}: {e}", member.label())))?;
-        meta.devices.push(Device {
-            member,
-            sb,
-            sb_offset: planned.superblock_offset_bytes,
-            data_offset: planned.data_offset_bytes,
-            state: DeviceState::Spare,
-            failure: None,
-            bitmap_recovery: false,
-            read_errors: ReadErrorStats::default(),
-        });
+        let device = Device::new(member, sb, planned.superblock_offset_bytes, DeviceState::Spare)?;
+        debug_assert_eq!(device.data_offset, planned.data_offset_bytes);
+        meta.devices.push(device);
         let resync = self.resync_offset_for_superblock();
         self.persist(&mut meta, resync);
         drop(meta);
@@ -177,17 +170,9 @@ impl Array {
         self.write_bitmap_to(member.as_ref(), loc.offset_bytes).map_err(|e| EngineError::Invalid(format!("{}: {e}", member.label())))?;
         let mut sb = sb;
         sb.set_recovery_offset(Some(0));
-        let data_offset = sb.data_offset_sectors() * uraid_core::geometry::SECTOR_BYTES;
-        meta.devices.push(Device {
-            member: member.clone(),
-            sb,
-            sb_offset: loc.offset_bytes,
-            data_offset,
-            state: DeviceState::Recovering { role, done: 0 },
-            failure: None,
-            bitmap_recovery: true,
-            read_errors: ReadErrorStats::default(),
-        });
+        let mut device = Device::new(member.clone(), sb, loc.offset_bytes, DeviceState::Recovering { role, done: 0 })?;
+        device.bitmap_recovery = true;
+        meta.devices.push(device);
         let resync = self.resync_offset_for_superblock();
         self.persist(&mut meta, resync);
         self.rebuild_io_map(&meta);

@@ -7,6 +7,7 @@
 //! clean state, "clean" again at `close`, events bumped on each change, failed members
 //! recorded as faulty in every surviving member's role table.
 
+mod bad_ranges;
 mod bitmap;
 mod jobs;
 mod manage;
@@ -17,6 +18,7 @@ mod striped;
 pub use jobs::{CheckReport, JobKind, JobPacer, JobProgress};
 pub use manage::ReAdd;
 
+use crate::bad_blocks::{BadBlockLog, LoggedMember};
 use crate::locks::StripeLocks;
 use crate::member::Member;
 use crate::parallel::MemberIo;
@@ -130,6 +132,27 @@ struct Device {
     /// its rebuild in full from its `recovery_offset`.
     bitmap_recovery: bool,
     read_errors: ReadErrorStats,
+    /// The member's bad-block log; `member` is wrapped so that every read honours it.
+    bad_blocks: Arc<BadBlockLog>,
+}
+
+impl Device {
+    /// A device as the array keeps it: its bad-block log loaded and its member wrapped so
+    /// reads of listed ranges fail and writes clear them (`bad_blocks.rs`).
+    fn new(member: Arc<dyn Member>, sb: Superblock, sb_offset: u64, state: DeviceState) -> Result<Device, EngineError> {
+        let log = Arc::new(BadBlockLog::load(member.as_ref(), &sb, sb_offset).map_err(EngineError::Refused)?);
+        Ok(Device {
+            member: LoggedMember::wrap(member, log.clone()),
+            data_offset: sb.data_offset_sectors() * SECTOR_BYTES,
+            sb,
+            sb_offset,
+            state,
+            failure: None,
+            bitmap_recovery: false,
+            read_errors: ReadErrorStats::default(),
+            bad_blocks: log,
+        })
+    }
 }
 
 /// A member's read errors while this array is open (md's `read_errors` and `errors`).
@@ -165,6 +188,11 @@ pub struct DeviceInfo {
     pub read_errors: u64,
     /// Of those, ranges rebuilt from redundancy, rewritten and read back correctly.
     pub read_errors_corrected: u64,
+    /// The member's bad-block log (absolute device sectors, as md's sysfs `bad_blocks`
+    /// and `mdadm --examine-badblocks` show them).
+    pub bad_blocks: Vec<uraid_core::metadata::SectorRange>,
+    /// Whether the member has a bad-block log at all (without one, a failed write fails it).
+    pub bad_block_log: bool,
 }
 
 /// Why a device was failed, as a kind a program can act on; the failure's text says more.
@@ -209,6 +237,7 @@ pub(crate) struct RoleMember {
     member: Arc<dyn Member>,
     data_offset: u64,
     device: usize,
+    bad_blocks: Arc<BadBlockLog>,
 }
 
 /// Which member each role is read from and written to. A recovering member is written (so
@@ -369,35 +398,27 @@ impl Array {
         // Devices the array keeps: in-sync members, recovering members and spares. Stale,
         // faulty and foreign devices are never written.
         let mut kept: Vec<Device> = Vec::new();
-        let mut push = |i: usize, state: DeviceState| {
-            kept.push(Device {
-                member: devices[i].clone(),
-                sb: candidates[i].superblock.clone(),
-                sb_offset: sb_offsets[i],
-                data_offset: candidates[i].superblock.data_offset_sectors() * SECTOR_BYTES,
-                state,
-                failure: None,
-                bitmap_recovery: false,
-                read_errors: ReadErrorStats::default(),
-            });
+        let mut push = |i: usize, state: DeviceState| -> Result<(), EngineError> {
+            kept.push(Device::new(devices[i].clone(), candidates[i].superblock.clone(), sb_offsets[i], state)?);
+            Ok(())
         };
         let rebuilding: Vec<(usize, u64)> = plan.rebuilding.iter().map(|r| (r.member, r.recovered_sectors)).collect();
         for (role, m) in plan.members.iter().enumerate() {
             if let Some(i) = m {
                 match rebuilding.iter().find(|(member, _)| member == i) {
-                    Some((_, done)) => push(*i, DeviceState::Recovering { role, done: *done }),
-                    None => push(*i, DeviceState::InSync(role)),
+                    Some((_, done)) => push(*i, DeviceState::Recovering { role, done: *done })?,
+                    None => push(*i, DeviceState::InSync(role))?,
                 }
             }
         }
         for r in &plan.rebuilding {
             if !plan.members.contains(&Some(r.member)) {
-                push(r.member, DeviceState::Recovering { role: r.role as usize, done: r.recovered_sectors });
+                push(r.member, DeviceState::Recovering { role: r.role as usize, done: r.recovered_sectors })?;
                 report.warnings.push(format!("{}: partly rebuilt; reads of its role use the other members", candidates[r.member].label));
             }
         }
         for &i in &plan.spares {
-            push(i, DeviceState::Spare);
+            push(i, DeviceState::Spare)?;
         }
         let clean = newest.is_clean();
         let resync_from = match &newest {
@@ -529,6 +550,8 @@ impl Array {
                 failure_kind: d.failure.as_ref().map(|(kind, _)| *kind),
                 read_errors: d.read_errors.seen,
                 read_errors_corrected: d.read_errors.corrected,
+                bad_blocks: d.bad_blocks.ranges(),
+                bad_block_log: d.bad_blocks.has_area(),
             })
             .collect()
     }
@@ -553,7 +576,7 @@ impl Array {
         let n = self.geometry.raid_disks();
         let mut map = IoMap { read: vec![None; n], replacement: vec![None; n], write: vec![None; n] };
         for (i, d) in meta.devices.iter().enumerate() {
-            let rm = RoleMember { member: d.member.clone(), data_offset: d.data_offset, device: i };
+            let rm = RoleMember { member: d.member.clone(), data_offset: d.data_offset, device: i, bad_blocks: d.bad_blocks.clone() };
             match d.state {
                 DeviceState::InSync(role) if role < n => {
                     map.read[role] = Some(rm.clone());
@@ -603,6 +626,7 @@ impl Array {
             // newest and its own superblock records its role and rebuild progress; the rest,
             // one event behind, take their roles from it as md does.
             let mut role_taken_first = Vec::with_capacity(meta.devices.len());
+            let mut logs: Vec<Option<crate::bad_blocks::LogWrite>> = (0..meta.devices.len()).map(|_| None).collect();
             for (i, d) in meta.devices.iter_mut().enumerate() {
                 if d.state == DeviceState::Faulty {
                     continue;
@@ -613,14 +637,21 @@ impl Array {
                     Superblock::V090(_) => d.sb.set_role_table_090(&roles, i),
                 }
                 d.sb.set_array_state(events, resync_offset, now);
+                // md's super_1_sync: BAD_BLOCKS set exactly while the list has entries, and
+                // a changed list written with the superblock (here: before it, so a
+                // superblock never points at a log older than itself).
+                logs[i] = d.bad_blocks.prepare_update(&mut d.sb);
                 role_taken_first.push((d.sb.role() == before, i));
             }
             role_taken_first.sort();
             for (_, i) in role_taken_first {
                 let d = &meta.devices[i];
                 let bytes = superblock_bytes(&d.sb);
-                if d.member.write_at(&bytes, d.sb_offset).and_then(|_| d.member.flush()).is_err() {
+                let log = logs[i].as_ref().map_or(Ok(()), |l| d.member.write_at(&l.bytes, l.offset));
+                if log.and_then(|_| d.member.write_at(&bytes, d.sb_offset)).and_then(|_| d.member.flush()).is_err() {
                     newly_failed.push(i);
+                } else if let Some(l) = &logs[i] {
+                    d.bad_blocks.written(l);
                 }
             }
             if newly_failed.is_empty() {
@@ -827,6 +858,8 @@ impl Array {
             None => Err(format!("role {} is missing", ms.role)),
             Some(r) => match r.member.read_at(out, r.data_offset + ms.sector * SECTOR_BYTES) {
                 Ok(()) => Ok(()),
+                // A listed bad range: the member stays; the caller rebuilds or reports it.
+                Err(e) if crate::bad_blocks::is_listed(&e) => Err(format!("{}: {e}", r.member.label())),
                 Err(e) => {
                     // Failed in memory either way (so reads reconstruct around it); only a
                     // writable array records it in the superblocks.
@@ -844,6 +877,10 @@ impl Array {
     /// rewrites it ([`Array::rewrite_unreadable`]). False: the member was failed, having
     /// passed `max_read_errors`, or it is not serving.
     pub(crate) fn read_error_keeps_member(&self, device: usize, why: &str, error: &std::io::Error) -> bool {
+        if crate::bad_blocks::is_listed(error) {
+            // Known bad, not a new error: md neither counts it nor fails the member.
+            return self.lock_meta().devices.get(device).is_some_and(|d| d.state != DeviceState::Faulty);
+        }
         if !crate::member::is_medium_error(error) {
             self.fail_device_io(device, error, why);
             return false;
@@ -872,11 +909,13 @@ impl Array {
     /// Writes `data`, rebuilt from redundancy, over member sectors that failed a read,
     /// then reads them back (md's `fix_read_error`): a disk remaps a bad sector when it is
     /// written. If the rewrite or the re-read fails, or reads back other bytes, the member
-    /// is failed, as md fails it. Read-only arrays leave the member as it is. The caller
-    /// holds the stripe locks of the range, so no write races the rewrite.
-    pub(crate) fn rewrite_unreadable(&self, rm: &RoleMember, sector: u64, data: &[u8]) {
+    /// is failed, as md fails it, unless its bad-block log can list the range (then it
+    /// stays, the range listed). Read-only arrays leave the member as it is. True when the
+    /// range now reads back right. The caller holds the stripe locks of the range, so no
+    /// write races the rewrite.
+    pub(crate) fn rewrite_unreadable(&self, rm: &RoleMember, sector: u64, data: &[u8]) -> bool {
         if !self.writable {
-            return;
+            return false;
         }
         let offset = rm.data_offset + sector * SECTOR_BYTES;
         let mut back = vec![0u8; data.len()];
@@ -887,10 +926,15 @@ impl Array {
                 if let Some(d) = meta.devices.get_mut(rm.device) {
                     d.read_errors.corrected += 1;
                 }
+                return true;
             }
+            // With a bad-block log the range is listed and the member stays (md's
+            // fix_read_error records a bad block when the rewrite does not hold).
+            Ok(()) | Err(_) if self.record_bad_ranges(rm.device, &[rm.absolute(sector, data.len())]) => {}
             Ok(()) => self.fail_device(rm.device, &format!("sector {sector} read back wrong after rewriting a read error")),
             Err(e) => self.fail_device(rm.device, &format!("rewriting a read error at sector {sector}: {e}")),
         }
+        false
     }
 
     /// [`Array::read_member`] for callers that rebuild around a bad range: a read error that
@@ -925,7 +969,7 @@ impl Array {
                         Ok(()) => {
                             for bad in unreadable {
                                 if let Some(rm) = io.read.get(bad.role).and_then(Option::as_ref) {
-                                    self.rewrite_unreadable(rm, bad.sector, out);
+                                    let _ = self.rewrite_unreadable(rm, bad.sector, out);
                                 }
                             }
                             return Ok(());
@@ -1121,7 +1165,7 @@ impl Array {
         let io = self.io_map();
         // Per device: the member and its (offset, bytes) writes; per piece: its devices.
         let mut per_device: std::collections::BTreeMap<usize, DeviceWrites> = std::collections::BTreeMap::new();
-        let mut piece_devices: Vec<Vec<(usize, bool)>> = Vec::with_capacity(pieces.len());
+        let mut piece_devices: Vec<Vec<(usize, bool, uraid_core::metadata::SectorRange)>> = Vec::with_capacity(pieces.len());
         let mut at = 0usize;
         for piece in pieces {
             let len = (piece.sectors * SECTOR_BYTES) as usize;
@@ -1142,7 +1186,7 @@ impl Array {
                         .or_insert_with(|| (rm, Vec::new()))
                         .1
                         .push((rm.data_offset + ms.sector * SECTOR_BYTES, part));
-                    devices.push((rm.device, is_replacement));
+                    devices.push((rm.device, is_replacement, rm.absolute(ms.sector, len)));
                 }
             }
             if devices.is_empty() {
@@ -1152,30 +1196,53 @@ impl Array {
         }
         let mut order = Vec::with_capacity(per_device.len());
         let mut batch = Vec::with_capacity(per_device.len());
+        let mut asked = Vec::with_capacity(per_device.len());
         for (device, (rm, mut writes)) in per_device {
             writes.sort_by_key(|(offset, _)| *offset);
             let mut runs = Vec::new();
-            for (offset, bytes) in writes {
+            for &(offset, bytes) in &writes {
                 crate::parallel::push_write(&mut runs, offset, bytes);
             }
-            order.push(device);
+            order.push((device, rm.bad_blocks.clone()));
             batch.push(MemberIo { member: &*rm.member, runs });
+            asked.push(writes);
         }
         let mut failed = std::collections::BTreeSet::new();
-        for (device, result) in order.into_iter().zip(crate::parallel::run_member_io(batch)) {
+        let mut logs = std::collections::BTreeMap::new();
+        for (((device, log), result), writes) in order.into_iter().zip(crate::parallel::run_member_io(batch)).zip(&asked) {
             if let Err(e) = result {
-                self.fail_device_io(device, &e, &e.to_string());
-                failed.insert(device);
+                // A copy that failed in part may stay with the failed pieces listed
+                // (bad_ranges.rs); it then holds every piece but those.
+                if self.write_error_keeps_member(device, writes, &e) {
+                    logs.insert(device, log);
+                } else {
+                    self.fail_device_io(device, &e, &e.to_string());
+                    failed.insert(device);
+                }
             }
         }
         self.check_alive()?;
+        let holds = |d: &usize, range: &uraid_core::metadata::SectorRange| {
+            !failed.contains(d) && logs.get(d).is_none_or(|log: &Arc<BadBlockLog>| !log.overlaps(range.start, range.sectors))
+        };
         // Only copies the array reads count: a replacement alone does not hold the data yet.
         for (piece, devices) in pieces.iter().zip(&piece_devices) {
-            if !devices.iter().any(|(d, is_replacement)| !is_replacement && !failed.contains(d)) {
+            if !devices.iter().any(|(d, is_replacement, range)| !is_replacement && holds(d, range)) {
                 return Err(EngineError::Failed(format!("every copy of array sector {} failed to write", piece.array_sector)));
             }
         }
         Ok(())
+    }
+}
+
+impl RoleMember {
+    /// Member sectors `sector..` covering `bytes`, as absolute device sectors (what a
+    /// bad-block log lists).
+    fn absolute(&self, sector: u64, bytes: usize) -> uraid_core::metadata::SectorRange {
+        uraid_core::metadata::SectorRange {
+            start: self.data_offset / SECTOR_BYTES + sector,
+            sectors: (bytes as u64).div_ceil(SECTOR_BYTES),
+        }
     }
 }
 

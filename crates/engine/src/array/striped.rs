@@ -381,6 +381,11 @@ impl Array {
                 if unreadable.is_empty() {
                     return Ok(None);
                 }
+                // With bad-block logs the members stay (md lists the range and returns an
+                // error for it); only the data of these stripes is lost, not the members.
+                if unreadable.iter().all(|&r| io.read[r].as_ref().is_some_and(|rm| self.may_record(rm.device))) {
+                    return Ok(None);
+                }
                 // The next pass, without them, reports the data lost (or reads it, if the
                 // failure changed nothing).
                 for role in std::mem::take(&mut unreadable) {
@@ -395,7 +400,7 @@ impl Array {
             }
             for &role in &unreadable {
                 if let (Some(rm), Some(content)) = (io.read[role].as_ref(), win[role].as_ref()) {
-                    self.rewrite_unreadable(rm, lo, content);
+                    let _ = self.rewrite_unreadable(rm, lo, content);
                 }
             }
             return Ok(Some(win));
@@ -542,6 +547,10 @@ impl Array {
                 return Ok(((bufs, missing, p_missing, q_missing), corrected));
             }
             let rebuilt = rebuild(&roles, &mut bufs, &missing, p_missing, q_missing);
+            // Roles whose range stays listed in their bad-block log: reading again would
+            // only meet the list again, so the rebuilt stripe is the answer (those roles
+            // reported missing, as for a failed member).
+            let mut still_listed = false;
             for role in std::mem::take(&mut unreadable) {
                 let Some(rm) = io.read[role].as_ref() else { continue };
                 let block = if role == roles.p {
@@ -553,14 +562,27 @@ impl Array {
                 };
                 match block.filter(|_| rebuilt) {
                     Some(content) => {
-                        self.rewrite_unreadable(rm, lo, content);
-                        corrected += 1;
+                        if self.rewrite_unreadable(rm, lo, content) {
+                            corrected += 1;
+                        } else if rm.bad_blocks.overlaps(rm.data_offset / SECTOR_BYTES + lo, hi - lo) {
+                            still_listed = true;
+                        }
+                    }
+                    // See read_window_healing: a member with a bad-block log stays.
+                    None if self.may_record(rm.device) => {
+                        return Err(EngineError::Unreadable {
+                            offset: parity.stripe_array_sector(stripe) * SECTOR_BYTES,
+                            detail: format!("stripe {stripe}: too many members unreadable at member sectors {lo}..{hi}"),
+                        })
                     }
                     None => self.fail_device(
                         rm.device,
                         &format!("read error at member sector {lo}..{hi} not correctable: too few members to rebuild it"),
                     ),
                 }
+            }
+            if still_listed {
+                return Ok(((bufs, missing, p_missing, q_missing), corrected));
             }
         }
         Err(EngineError::Failed(format!("stripe {stripe}: members kept failing")))
@@ -591,7 +613,7 @@ impl Array {
             }
             self.write_segment(stripe, lo, hi, &writes, &mut outs)?;
         }
-        self.write_batched(outs);
+        self.write_batched(outs).map_err(|detail| EngineError::Unreadable { offset: pieces[0].array_sector * SECTOR_BYTES, detail })?;
         self.check_alive()
     }
 
@@ -608,7 +630,13 @@ impl Array {
         for _ in 0..=self.geometry.raid_disks() {
             self.check_alive()?;
             let io = self.io_map();
-            let present: Vec<bool> = io.read.iter().map(Option::is_some).collect();
+            // A role whose member lists part of lo..hi as bad cannot be read there: the
+            // plan treats it as lost for this segment (and its write clears the list).
+            let present: Vec<bool> = io
+                .read
+                .iter()
+                .map(|r| r.as_ref().is_some_and(|rm| !rm.bad_blocks.overlaps(rm.data_offset / SECTOR_BYTES + lo, hi - lo)))
+                .collect();
             let request = plan::SegmentRequest {
                 stripe,
                 roles: &roles,
@@ -775,11 +803,13 @@ impl Array {
     /// Issues collected writes: per member, contiguous runs as single vectored writes; members
     /// in parallel. The member map is read now, so members failed meanwhile are skipped (the
     /// stripes written stay consistent on the rest). Members whose write fails are failed.
-    fn write_batched(&self, mut outs: Outs) {
+    fn write_batched(&self, mut outs: Outs) -> Result<(), String> {
         outs.sort_by_key(|(role, sector, _)| (*role, *sector));
         let io = self.io_map();
         let mut devices: Vec<usize> = Vec::new();
         let mut batch: Vec<MemberIo> = Vec::new();
+        // Per device, what it was asked to write (for narrowing a failed write).
+        let mut asked: Vec<Vec<(u64, &[u8])>> = Vec::new();
         for (role, sector, bytes) in &outs {
             // Outs are sorted by role, so each device's runs arrive in sector order; a role
             // has two devices during a hot replace, hence the lookup.
@@ -789,22 +819,42 @@ impl Array {
                     None => {
                         devices.push(rm.device);
                         batch.push(MemberIo { member: &*rm.member, runs: Vec::new() });
+                        asked.push(Vec::new());
                         devices.len() - 1
                     }
                 };
-                crate::parallel::push_write(&mut batch[at].runs, rm.data_offset + sector * SECTOR_BYTES, bytes.as_slice());
+                let offset = rm.data_offset + sector * SECTOR_BYTES;
+                crate::parallel::push_write(&mut batch[at].runs, offset, bytes.as_slice());
+                asked[at].push((offset, bytes.as_slice()));
             }
         }
-        for (device, result) in devices.into_iter().zip(crate::parallel::run_member_io(batch)) {
+        let mut kept_failing = false;
+        for ((device, result), writes) in devices.into_iter().zip(crate::parallel::run_member_io(batch)).zip(&asked) {
             if let Err(e) = result {
-                self.fail_device_io(device, &e, &e.to_string());
+                if self.write_error_keeps_member(device, writes, &e) {
+                    kept_failing = true;
+                } else {
+                    self.fail_device_io(device, &e, &e.to_string());
+                }
             }
         }
+        // Ranges listed just now are rebuilt from the other members; a stripe where too
+        // many are missing or listed has lost the write.
+        if kept_failing {
+            let io = self.io_map();
+            let (lo, hi) =
+                outs.iter().fold((u64::MAX, 0), |(lo, hi), (_, s, b)| (lo.min(*s), hi.max(s + b.as_slice().len() as u64 / SECTOR_BYTES)));
+            if !self.stripes_recoverable(&io, lo, hi) {
+                return Err(format!("member sectors {lo}..{hi}: a write failed and too few members hold the stripes to rebuild it"));
+            }
+        }
+        Ok(())
     }
 
     /// Writes each (role, member sector, bytes) to the role's write targets, through
     /// [`Self::write_batched`]; members whose write fails are failed. Missing roles are skipped.
-    pub(super) fn write_members(&self, out: &[(usize, u64, &[u8])]) {
-        self.write_batched(out.iter().map(|&(role, sector, bytes)| (role, sector, OutBytes::Borrowed(bytes))).collect());
+    pub(super) fn write_members(&self, out: &[(usize, u64, &[u8])]) -> Result<(), EngineError> {
+        self.write_batched(out.iter().map(|&(role, sector, bytes)| (role, sector, OutBytes::Borrowed(bytes))).collect())
+            .map_err(EngineError::Failed)
     }
 }

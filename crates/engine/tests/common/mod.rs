@@ -175,6 +175,10 @@ pub trait Hooks: Send + Sync + 'static {
         Ok(())
     }
     fn before_write(&self, _image: &MemMember, _buf: &[u8], _offset: u64) {}
+    /// Fails a write before it reaches the image (nothing of it is written).
+    fn fail_write(&self, _buf: &[u8], _offset: u64) -> std::io::Result<()> {
+        Ok(())
+    }
     fn before_flush(&self, _image: &MemMember) {}
 }
 
@@ -210,6 +214,7 @@ impl<H: Hooks> Member for Hooked<H> {
         self.image.read_at(buf, offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.hooks.fail_write(buf, offset)?;
         self.hooks.before_write(&self.image, buf, offset);
         self.image.write_at(buf, offset)
     }
@@ -231,4 +236,16 @@ impl Hooks for Journaled {
             self.journal.writes.lock().unwrap().push((self.index, offset, buf.to_vec()));
         }
     }
+}
+
+/// Rewrites a v1.2 test member's superblock as one made without a bad-block log (as mdadm
+/// makes when there is no room, or 0.90 metadata): md then fails a member on a write error.
+pub fn without_bad_block_log(m: &MemMember) {
+    let mut raw = vec![0u8; 4096];
+    m.read_at(&mut raw, 4096).unwrap();
+    let mut sb = uraid_core::metadata::Superblock1::decode(&raw).unwrap();
+    sb.bblog_offset_sectors = 0;
+    sb.bblog_size_sectors = 0;
+    sb.sb_csum = sb.compute_checksum();
+    m.write_at(&sb.encode(), 4096).unwrap();
 }
