@@ -1173,6 +1173,80 @@ fn nbd_members_heal_a_burst_of_read_errors_under_fio_and_fail_past_the_limit() {
     }
 }
 
+/// Issue 15's end-to-end acceptance with nbdkit's own `error` filter: while its error file
+/// exists every read of member 1 fails with EIO (so the rewrite's re-read fails too, and md
+/// would list the range in its bad-block log); the burst is bounded by what fio reads
+/// meanwhile, which the layout decides, not the clock.
+#[test]
+fn nbdkit_error_filter_read_burst_is_listed_then_healed_and_past_the_limit_fails_the_member() {
+    skip_if!((!uraid_testkit::nbdkit::available("exports: nbdkit read-error burst")).then(|| "nbdkit is missing".to_string()));
+    skip_if!((!fio_nbd_available()).then(|| "fio with the nbd engine is missing".to_string()));
+    // (level, disks, max_read_errors, array bytes fio reads during the burst)
+    for (level, disks, limit, burst) in [("5", 4, 20u64, "512K"), ("6", 5, 20, "512K"), ("5", 4, 2, "2M")] {
+        let env = Env::new();
+        let name = format!("burst{level}x{limit}");
+        let on = env.path("errors-on");
+        let kits: Vec<uraid_testkit::nbdkit::Nbdkit> = (0..disks)
+            .map(|i| {
+                let sock = env.path(&format!("m{i}.sock"));
+                if i == 1 {
+                    let rf = format!("error-pread-file={}", p(&on));
+                    uraid_testkit::nbdkit::Nbdkit::start(
+                        &sock,
+                        &["--filter=error", "memory", "24M", "error-pread=EIO", "error-pread-rate=100%", &rf],
+                    )
+                } else {
+                    uraid_testkit::nbdkit::Nbdkit::start(&sock, &["memory", "24M"])
+                }
+            })
+            .collect();
+        let uris: Vec<String> = kits.iter().map(|k| k.uri()).collect();
+        let n = disks.to_string();
+        let mut create = vec!["create", "-l", level, "-n", &n, "-c", "64K", "--assume-clean", "--name", &name];
+        create.extend(uris.iter().map(String::as_str));
+        env.uraid(&create);
+        let sock = env.path("nbd.sock");
+        let members: Vec<PathBuf> = uris.iter().map(PathBuf::from).collect();
+        let max = limit.to_string();
+        let mut serve = env.serve(&name, &members, &["--nbd", &format!("unix:{}", p(&sock)), "--max-read-errors", &max]);
+        let export = format!("nbd+unix:///{name}?socket={}", p(&sock));
+        fio_verify(&export, "8M", false);
+
+        std::fs::write(&on, b"").unwrap();
+        fio_verify(&export, burst, true);
+        std::fs::remove_file(&on).unwrap();
+        let m1 = member(&env.detail(&name), &uris[1]).clone();
+        let errors = m1["read_errors"].as_u64().unwrap_or(0);
+        assert!(errors > 0, "raid{level}: the burst reached member 1: {m1}");
+        let past_limit = limit == 2;
+        assert_eq!(errors > limit, past_limit, "raid{level}: {errors} read errors in the burst against max_read_errors {limit}");
+        if !past_limit {
+            // Under the limit: the member stays, the ranges whose rewrite could not be
+            // read back are listed; once the disk reads again, the next full read rebuilds,
+            // rewrites and clears them.
+            assert_eq!(m1["state"], "in_sync", "raid{level}: {m1}");
+            assert!(!m1["bad_blocks"].as_array().is_some_and(|b| b.is_empty()), "raid{level}: the failed re-reads are listed: {m1}");
+            fio_verify(&export, "8M", true);
+            let m1 = member(&env.detail(&name), &uris[1]).clone();
+            assert!(m1["read_errors_corrected"].as_u64().unwrap_or(0) > 0, "raid{level}: {m1}");
+            assert_eq!(m1["bad_blocks"].as_array().map(Vec::len), Some(0), "raid{level}: healed: {m1}");
+            // A later full read of the array, and a scrub (every block of every member),
+            // find no error.
+            fio_verify(&export, "8M", true);
+            env.check(&name);
+            let after = member(&env.detail(&name), &uris[1]).clone();
+            assert_eq!(after["read_errors"], m1["read_errors"], "raid{level}: no error left: {after}");
+            assert_eq!(after["state"], "in_sync");
+        } else {
+            // Past the limit: failed; the array keeps serving and fio verifies every block.
+            assert_eq!(m1["state"], "faulty", "raid{level}: past max_read_errors the member is failed: {m1}");
+            fio_verify(&export, "8M", true);
+        }
+        env.stop(&mut serve);
+        drop(kits);
+    }
+}
+
 #[test]
 fn nbdkit_error_filter_faults_on_two_raid6_members_under_fio() {
     skip_if!((!uraid_testkit::nbdkit::available("exports: nbdkit faults under fio")).then(|| "nbdkit is missing".to_string()));
@@ -1212,8 +1286,9 @@ fn nbdkit_error_filter_faults_on_two_raid6_members_under_fio() {
     assert_ne!(d["state"], "failed", "two faulty members are within RAID6's redundancy: {d}");
     for i in faulty {
         let m = member(&d, &uris[i]);
-        let hit = m["state"] == "faulty" || m["read_errors"].as_u64().unwrap_or(0) > 0;
-        assert!(hit, "member {i} had errors injected, and detail shows it failed or counting read errors: {m}");
+        let listed = m["bad_blocks"].as_array().is_some_and(|b| !b.is_empty());
+        let hit = m["state"] == "faulty" || m["read_errors"].as_u64().unwrap_or(0) > 0 || listed;
+        assert!(hit, "member {i} had errors injected, and detail shows it failed, counting read errors or listing bad blocks: {m}");
     }
     for i in [0usize, 2, 4] {
         assert_eq!(member(&d, &uris[i])["state"], "in_sync", "member {i} had no fault: {d}");
