@@ -106,6 +106,23 @@ pub struct CheckResult {
     pub unattributed_rows: u64,
     pub repaired_rows: u64,
     pub finished: bool,
+    /// Where the scrub found something and what it did (at most 1000; the rest counted in
+    /// `findings_dropped`).
+    #[serde(default)]
+    pub findings: Vec<Finding>,
+    #[serde(default)]
+    pub findings_dropped: u64,
+}
+
+/// One scrub finding: array sector, the member at fault when known, and the action taken.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Finding {
+    pub array_sector: u64,
+    pub sectors: u64,
+    pub role: Option<usize>,
+    /// The member holding that role then, if known.
+    pub device: Option<String>,
+    pub action: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

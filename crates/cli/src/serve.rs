@@ -455,6 +455,26 @@ impl Served {
             }
             if matches!(kind, JobKind::Check | JobKind::Repair) {
                 let mut job = self.job.lock().unwrap_or_else(|e| e.into_inner());
+                let holders: Vec<(usize, String)> = self
+                    .array
+                    .devices()
+                    .into_iter()
+                    .filter_map(|d| match d.state {
+                        DeviceState::InSync(r) | DeviceState::Recovering { role: r, .. } => Some((r, d.label)),
+                        _ => None,
+                    })
+                    .collect();
+                let findings = report
+                    .findings
+                    .iter()
+                    .map(|f| crate::control::Finding {
+                        array_sector: f.array_sector,
+                        sectors: f.sectors,
+                        role: f.role,
+                        device: f.role.and_then(|r| holders.iter().find(|(h, _)| *h == r).map(|(_, l)| l.clone())),
+                        action: f.action.name().into(),
+                    })
+                    .collect();
                 job.last_check = Some(CheckResult {
                     kind: kind.name().into(),
                     mismatch_cnt: report.mismatch_sectors,
@@ -462,6 +482,8 @@ impl Served {
                     unattributed_rows: report.unattributed_rows,
                     repaired_rows: report.repaired_rows,
                     finished,
+                    findings,
+                    findings_dropped: report.findings_dropped,
                 });
             }
             self.set_running(None);

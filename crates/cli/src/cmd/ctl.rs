@@ -315,6 +315,17 @@ pub fn check(a: CheckArgs, repair: bool) -> Result<ExitCode> {
         if c.repaired_rows > 0 {
             println!("  {} rows rewritten", c.repaired_rows);
         }
+        for f in &c.findings {
+            let who = match (&f.device, f.role) {
+                (Some(d), Some(r)) => format!("role {r} ({d})"),
+                (None, Some(r)) => format!("role {r}"),
+                _ => "member unknown".into(),
+            };
+            println!("  array sector {} (+{}): {who}: {}", f.array_sector, f.sectors, f.action);
+        }
+        if c.findings_dropped > 0 {
+            println!("  ... and {} more findings", c.findings_dropped);
+        }
     }
     Ok(if c.finished { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

@@ -59,6 +59,63 @@ pub struct CheckReport {
     pub repaired_rows: u64,
     /// Blocks that failed a read and were rebuilt from the stripe and rewritten.
     pub read_errors_corrected: u64,
+    /// What the scrub found, where, and what it did: at most [`MAX_FINDINGS`], in array
+    /// order within each region (the rest only counted in `findings_dropped`).
+    pub findings: Vec<ScrubFinding>,
+    pub findings_dropped: u64,
+}
+
+/// Findings a report keeps; a scrub of a badly damaged array would otherwise grow without
+/// bound (the counters above still count everything).
+pub const MAX_FINDINGS: usize = 1000;
+
+/// One place where a scrub found redundancy wrong or unreadable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScrubFinding {
+    /// First array sector of the row (for parity, of the row's first data block).
+    pub array_sector: u64,
+    pub sectors: u64,
+    /// The member at fault where it is known: the one RAID6's syndrome names, a mirror copy
+    /// outvoted by the others, a member that failed the read. `None`: a RAID4/5 row (the
+    /// parity cannot say which block is wrong) or a RAID6 row with more than one bad block.
+    pub role: Option<usize>,
+    pub action: ScrubAction,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScrubAction {
+    /// `check`: counted in mismatch_cnt, nothing written.
+    Mismatch,
+    /// `repair`: parity recomputed from the data and written (md's repair).
+    ParityRewritten,
+    /// `repair`: the copy rewritten with the majority's (or first copy's) contents.
+    CopyRewritten,
+    /// The read failed; the block was rebuilt from redundancy and rewritten.
+    ReadErrorRewritten,
+    /// The read failed and the rewrite did not hold: listed in the bad-block log.
+    Listed,
+}
+
+impl ScrubAction {
+    pub fn name(self) -> &'static str {
+        match self {
+            ScrubAction::Mismatch => "mismatch",
+            ScrubAction::ParityRewritten => "parity rewritten",
+            ScrubAction::CopyRewritten => "copy rewritten",
+            ScrubAction::ReadErrorRewritten => "read error rewritten",
+            ScrubAction::Listed => "listed as bad block",
+        }
+    }
+}
+
+impl CheckReport {
+    fn found(&mut self, finding: ScrubFinding) {
+        if self.findings.len() < MAX_FINDINGS {
+            self.findings.push(finding);
+        } else {
+            self.findings_dropped += 1;
+        }
+    }
 }
 
 const ROW_BYTES: usize = 4096;
@@ -289,8 +346,13 @@ impl Array {
                 let stripe = pos / p.chunk_sectors();
                 let _g = self.locks.lock(stripe, stripe);
                 let roles = p.stripe_roles(stripe);
-                let ((bufs, missing, p_missing, q_missing), corrected) = self.read_stripe_healing(stripe, pos, pos + n, Vec::new())?;
-                report.read_errors_corrected += corrected;
+                let ((bufs, missing, p_missing, q_missing), healed) = self.read_stripe_healing(stripe, pos, pos + n, Vec::new())?;
+                let row_sector = |offset: u64| p.stripe_array_sector(stripe) + (pos - p.stripe_member_sector(stripe)) + offset;
+                for (role, rewritten) in healed {
+                    report.read_errors_corrected += rewritten as u64;
+                    let action = if rewritten { ScrubAction::ReadErrorRewritten } else { ScrubAction::Listed };
+                    report.found(ScrubFinding { array_sector: row_sector(0), sectors: n, role: Some(role), action });
+                }
                 let lost = missing.len() + p_missing as usize + q_missing as usize;
                 if lost > 0 {
                     return self.sync_degraded_raid6(&roles, pos, bufs, &missing, p_missing, q_missing, mode, report);
@@ -314,8 +376,9 @@ impl Array {
                 if mode != SyncMode::Resync {
                     report.mismatch_sectors += rows_bad.iter().map(|r| r.len() as u64 / SECTOR_BYTES).sum::<u64>();
                 }
+                let mut named: Vec<Option<usize>> = vec![None; rows_bad.len()];
                 if let (Some(q_disk), SyncMode::Check | SyncMode::Repair) = (bufs.q.as_ref(), mode) {
-                    for r in &rows_bad {
+                    for (k, r) in rows_bad.iter().enumerate() {
                         let sources = roles.syndrome_sources();
                         let zero = vec![0u8; r.len()];
                         let refs: Vec<&[u8]> = sources.iter().map(|s| s.map_or(zero.as_slice(), |i| &bufs.data[i][r.clone()])).collect();
@@ -330,9 +393,17 @@ impl Array {
                                     }
                                 };
                                 *report.wrong_member_rows.entry(role).or_default() += 1;
+                                named[k] = Some(role);
                             }
                             _ => report.unattributed_rows += 1,
                         }
+                    }
+                }
+                if mode != SyncMode::Resync {
+                    let action = if mode == SyncMode::Check { ScrubAction::Mismatch } else { ScrubAction::ParityRewritten };
+                    for (r, role) in rows_bad.iter().zip(&named) {
+                        let at = row_sector(r.start as u64 / SECTOR_BYTES);
+                        report.found(ScrubFinding { array_sector: at, sectors: r.len() as u64 / SECTOR_BYTES, role: *role, action });
                     }
                 }
                 if mode != SyncMode::Check {
@@ -415,41 +486,58 @@ impl Array {
             let uraid_core::geometry::Placement::Mirrored(copies) = piece.placement else { continue };
             let (lo, hi) = self.lock_span(a, n);
             let _g = self.locks.lock(lo, hi);
-            let mut reference: Option<Vec<u8>> = None;
-            let mut stale: Vec<MemberSector> = Vec::new();
-            // Copies that failed the read and still serve: a scrub's latent errors,
-            // rewritten from the reference copy.
+            // Every readable copy; copies that failed the read and still serve are a
+            // scrub's latent errors, rewritten from the reference below.
+            let mut read: Vec<(MemberSector, Vec<u8>)> = Vec::new();
             let mut unreadable: Vec<MemberSector> = Vec::new();
             for ms in &copies {
                 if io.read[ms.role].is_none() {
                     continue;
                 }
                 let mut b = vec![0u8; len];
-                if let Err(f) = self.read_member_keeping(&io, MemberSector { role: ms.role, sector: ms.sector }, &mut b, false) {
-                    if f.kept {
-                        unreadable.push(*ms);
-                    }
-                    continue;
-                }
-                match &reference {
-                    None => reference = Some(b),
-                    Some(r) if *r != b => stale.push(*ms),
-                    _ => {}
+                match self.read_member_keeping(&io, MemberSector { role: ms.role, sector: ms.sector }, &mut b, false) {
+                    Ok(()) => read.push((*ms, b)),
+                    Err(f) if f.kept => unreadable.push(*ms),
+                    Err(_) => {}
                 }
             }
-            let Some(reference) = reference else { continue };
+            let Some(reference) = majority_rows(&read) else { continue };
             for ms in unreadable {
                 if let Some(rm) = io.read[ms.role].as_ref() {
-                    if self.rewrite_unreadable(rm, ms.sector, &reference) {
-                        report.read_errors_corrected += 1;
+                    let rewritten = self.rewrite_unreadable(rm, ms.sector, &reference);
+                    report.read_errors_corrected += rewritten as u64;
+                    let action = if rewritten { ScrubAction::ReadErrorRewritten } else { ScrubAction::Listed };
+                    report.found(ScrubFinding { array_sector: a, sectors: n, role: Some(ms.role), action });
+                }
+            }
+            // Copies that differ from the reference in some 4 KiB row.
+            let mut stale: Vec<MemberSector> = Vec::new();
+            for (ms, b) in &read {
+                let mut differs = false;
+                for row in (0..len).step_by(ROW_BYTES) {
+                    let r = row..(row + ROW_BYTES).min(len);
+                    if b[r.clone()] == reference[r.clone()] {
+                        continue;
                     }
+                    differs = true;
+                    if mode != SyncMode::Resync {
+                        report.mismatch_sectors += r.len() as u64 / SECTOR_BYTES;
+                        let action = if mode == SyncMode::Check { ScrubAction::Mismatch } else { ScrubAction::CopyRewritten };
+                        let at = a + row as u64 / SECTOR_BYTES;
+                        report.found(ScrubFinding {
+                            array_sector: at,
+                            sectors: r.len() as u64 / SECTOR_BYTES,
+                            role: Some(ms.role),
+                            action,
+                        });
+                    }
+                }
+                if differs {
+                    stale.push(*ms);
                 }
             }
             if stale.is_empty() {
                 continue;
-            }
-            if mode != SyncMode::Resync {
-                report.mismatch_sectors += n * stale.len() as u64;
             }
             if mode != SyncMode::Check {
                 let out: Vec<(usize, u64, &[u8])> = stale.iter().map(|ms| (ms.role, ms.sector, reference.as_slice())).collect();
@@ -460,6 +548,25 @@ impl Array {
         }
         Ok(())
     }
+}
+
+/// The contents a mirror scrub keeps, row by row (4 KiB): what most copies hold, and on a
+/// tie the first copy's (md's choice: it keeps the first readable copy and rewrites the
+/// rest). With two copies that is md's rule; with three or more, a single copy gone wrong
+/// is outvoted instead of copied over the good ones. `None` when no copy was readable.
+fn majority_rows(copies: &[(MemberSector, Vec<u8>)]) -> Option<Vec<u8>> {
+    let (_, first) = copies.first()?;
+    let mut out = first.clone();
+    let len = out.len();
+    for row in (0..len).step_by(ROW_BYTES) {
+        let r = row..(row + ROW_BYTES).min(len);
+        let votes = |b: &Vec<u8>| copies.iter().filter(|(_, c)| c[r.clone()] == b[r.clone()]).count();
+        // max_by_key keeps the last of equal maxima: walk from the back to keep the first.
+        if let Some((_, winner)) = copies.iter().rev().max_by_key(|(_, c)| votes(c)) {
+            out[r.clone()].copy_from_slice(&winner[r]);
+        }
+    }
+    Some(out)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,7 +15,7 @@ mod recovery;
 mod safe_mode;
 mod striped;
 
-pub use jobs::{CheckReport, JobKind, JobPacer, JobProgress};
+pub use jobs::{CheckReport, JobKind, JobPacer, JobProgress, ScrubAction, ScrubFinding, MAX_FINDINGS};
 pub use manage::ReAdd;
 
 use crate::bad_blocks::{BadBlockLog, LoggedMember};

@@ -520,17 +520,19 @@ impl Array {
     /// read-modify-write's latent sector; `unreadable` lists roles known to have one) is
     /// rebuilt from the rest of the stripe and rewritten, then the stripe is read again, so
     /// the caller goes on over the corrected block. If too little is left to rebuild it, the
-    /// member is failed, as md fails it. Also returns how many blocks were rewritten.
+    /// member is failed, as md fails it. Also returns each role healed: rewritten (true) or
+    /// left listed in its bad-block log (false).
     pub(super) fn read_stripe_healing(
         &self,
         stripe: u64,
         lo: u64,
         hi: u64,
         mut unreadable: Vec<usize>,
-    ) -> Result<(StripeRead, u64), EngineError> {
+    ) -> Result<(StripeRead, Vec<(usize, bool)>), EngineError> {
         let Some(parity) = self.geometry.as_parity() else { return Err(EngineError::Invalid("not a parity array".into())) };
         let roles = parity.stripe_roles(stripe);
-        let mut corrected = 0;
+        // Each role healed: rewritten (true) or left listed in its bad-block log (false).
+        let mut corrected: Vec<(usize, bool)> = Vec::new();
         for _ in 0..=2 * self.geometry.raid_disks() {
             let io = self.io_map();
             unreadable.retain(|&r| io.read[r].is_some());
@@ -563,8 +565,9 @@ impl Array {
                 match block.filter(|_| rebuilt) {
                     Some(content) => {
                         if self.rewrite_unreadable(rm, lo, content) {
-                            corrected += 1;
+                            corrected.push((role, true));
                         } else if rm.bad_blocks.overlaps(rm.data_offset / SECTOR_BYTES + lo, hi - lo) {
+                            corrected.push((role, false));
                             still_listed = true;
                         }
                     }
