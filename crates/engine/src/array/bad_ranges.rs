@@ -35,11 +35,31 @@ impl Array {
     /// full, or the member is not one that records (see the module); also when writing
     /// the log failed (the member was failed then).
     pub(super) fn record_bad_ranges(&self, device: usize, ranges: &[SectorRange]) -> bool {
-        if !self.may_record(device) {
+        self.record_bad_ranges_as(device, ranges, false)
+    }
+
+    /// Whether a rebuild may list what it cannot rebuild on its target, `device`.
+    pub(super) fn may_list_on_rebuild_target(&self, device: usize) -> bool {
+        self.writable
+            && self.level.has_redundancy()
+            && self
+                .lock_meta()
+                .devices
+                .get(device)
+                .is_some_and(|d| matches!(d.state, DeviceState::Recovering { .. }) && d.bad_blocks.has_area())
+    }
+
+    /// [`Array::record_bad_ranges`]; `rebuild_target`: `device` is a member being rebuilt,
+    /// listing what its rebuild could not produce.
+    pub(super) fn record_bad_ranges_as(&self, device: usize, ranges: &[SectorRange], rebuild_target: bool) -> bool {
+        let allowed = if rebuild_target { self.may_list_on_rebuild_target(device) } else { self.may_record(device) };
+        if !allowed {
             return false;
         }
         let mut meta = self.lock_meta();
-        let Some(d) = meta.devices.get(device).filter(|d| matches!(d.state, DeviceState::InSync(_))) else { return false };
+        let state_ok =
+            |s: DeviceState| if rebuild_target { matches!(s, DeviceState::Recovering { .. }) } else { matches!(s, DeviceState::InSync(_)) };
+        let Some(d) = meta.devices.get(device).filter(|d| state_ok(d.state)) else { return false };
         if !d.bad_blocks.record(ranges) {
             return false;
         }

@@ -28,6 +28,9 @@ type TargetWrite<'a> = &'a dyn Fn(&[u8], u64) -> Result<(), EngineError>;
 /// Largest recovery region, in sectors per member: 1 MiB reads are as fast as any larger.
 const MAX_REGION_SECTORS: u64 = 2048;
 
+/// Granularity at which a rebuild lists what it cannot rebuild (md's stripe unit).
+const LIST_ROW_SECTORS: u64 = 8;
+
 impl Array {
     /// Rebuilds `regions` (member sectors `(start, len)`) of `role` onto `device`, several at
     /// once. Each lane is a thread of its own that reads its survivors one after another:
@@ -98,6 +101,31 @@ impl Array {
     /// other write copies (measured: a tenth of the CPU of a tmpfs rebuild), while a waiter
     /// here sleeps and leaves the core to the other regions' reads.
     fn recover_region(&self, role: usize, device: usize, pos: u64, n: u64, target_writes: &Mutex<()>) -> Result<(), EngineError> {
+        match self.recover_span(role, device, pos, n, target_writes) {
+            Err(EngineError::Unreadable { .. } | EngineError::Failed(_)) if self.may_list_on_rebuild_target(device) => {
+                // What no member can give (a degraded RAID5 or 2-way mirror whose source has
+                // a bad sector) is listed in the rebuilt member's bad-block log, 4 KiB at a
+                // time, and the rebuild goes on: md's raid1 fix_sync_read_error and raid5
+                // handle_failed_sync do the same. Only those sectors are lost, not the rest
+                // of the member's redundancy.
+                let data_offset = self.lock_meta().devices[device].data_offset / SECTOR_BYTES;
+                for row in (pos..pos + n).step_by(LIST_ROW_SECTORS as usize) {
+                    let k = LIST_ROW_SECTORS.min(pos + n - row);
+                    if let Err(e) = self.recover_span(role, device, row, k, target_writes) {
+                        let range = uraid_core::metadata::SectorRange { start: data_offset + row, sectors: k };
+                        if !self.record_bad_ranges_as(device, &[range], true) {
+                            return Err(e);
+                        }
+                    }
+                }
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// [`Array::recover_region`] without the fallback.
+    fn recover_span(&self, role: usize, device: usize, pos: u64, n: u64, target_writes: &Mutex<()>) -> Result<(), EngineError> {
         let (member, data_offset) = {
             let meta = self.lock_meta();
             let d = &meta.devices[device];
