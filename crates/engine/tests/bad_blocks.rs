@@ -98,9 +98,13 @@ fn listed_ranges_are_never_read_and_the_list_survives_a_restart() {
         for r in listed {
             a.add_bad_blocks("m0", r.start, r.sectors).unwrap_or_else(|e| panic!("{level:?}: {e}"));
             made.members[0].write_at(&vec![0xa5; (r.sectors * 512) as usize], r.start * 512).unwrap();
+            // Every superblock written is valid, the first with BAD_BLOCKS set included.
+            let sb = superblock(&made.members[0]);
+            assert_eq!(sb.compute_checksum(), sb.sb_csum, "{level:?}: superblock written with a stale checksum");
         }
         assert_eq!(device(&a, "m0").bad_blocks, listed.to_vec());
-        // On disk at once (recording writes the superblocks), in md's format.
+        // On disk at once (recording writes the superblocks), in md's format, under a
+        // superblock whose checksum covers the BAD_BLOCKS bit.
         assert_eq!(on_disk_list(&made.members[0]).map(|l| l.ranges().to_vec()), Some(listed.to_vec()), "{level:?}");
         a.close().unwrap();
         drop(a);

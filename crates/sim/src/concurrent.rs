@@ -84,6 +84,10 @@ pub struct ConcurrentOutcome {
     pub latent_sectors: bool,
     /// Read errors on that member that were rebuilt and rewritten.
     pub read_errors_corrected: u64,
+    /// Sectors no write can fix were planted on a member that stays.
+    pub unwritable_sectors: bool,
+    /// Ranges that member's bad-block log lists at the end.
+    pub listed_ranges: u64,
     pub checks: u64,
     /// The most requests (client calls into the array) in flight at once.
     pub max_in_flight: usize,
@@ -363,6 +367,10 @@ struct Plan {
     /// (tick, disk, runs). Fewer than `max_read_errors`, so the member must stay and every
     /// read there must be rebuilt and rewritten.
     latent: Option<(u64, usize, u64)>,
+    /// Plant this many 4 KiB runs of sectors that fail reads and writes for good on this
+    /// disk at this tick: (tick, disk, runs). The member must stay, the runs that writes
+    /// hit listed in its bad-block log (md's rdev_set_badblocks), and no data lost.
+    unwritable: Option<(u64, usize, u64)>,
     ops: Vec<u64>,
     blocks: usize,
 }
@@ -402,7 +410,11 @@ fn plan(seed: u64, limits: &ConcurrentLimits) -> Plan {
     let mirrored = matches!(level, Level::Raid1 | Level::Raid10);
     let latent = (fail.is_none() && (crash_at.is_none() || mirrored) && rng.chance(40))
         .then(|| (rng.range(1, span), rng.below(disks as u64) as usize, rng.range(1, 6)));
-    Plan { shape, crash_at, fail, replace, repair, latent, ops, blocks }
+    // Same conditions as latent sectors (a bad sector plus a crash's stale parity is a
+    // double fault), and not both in one episode.
+    let unwritable = (fail.is_none() && latent.is_none() && (crash_at.is_none() || mirrored) && rng.chance(40))
+        .then(|| (rng.range(1, span), rng.below(disks as u64) as usize, rng.range(1, 4)));
+    Plan { shape, crash_at, fail, replace, repair, latent, unwritable, ops, blocks }
 }
 
 /// The command that replays `seed`.
@@ -414,8 +426,8 @@ pub fn reproduce_concurrent(seed: u64) -> String {
 pub fn run_concurrent_seed(seed: u64, limits: &ConcurrentLimits) -> Result<ConcurrentOutcome, String> {
     let plan = plan(seed, limits);
     let describe = format!(
-        "{} crash_at={:?} fail={:?} replace={} repair={} latent={:?}",
-        plan.shape, plan.crash_at, plan.fail, plan.replace, plan.repair, plan.latent
+        "{} crash_at={:?} fail={:?} replace={} repair={} latent={:?} unwritable={:?}",
+        plan.shape, plan.crash_at, plan.fail, plan.replace, plan.repair, plan.latent, plan.unwritable
     );
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| episode(seed, limits, &plan)));
     let message = match result {
@@ -691,6 +703,17 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
                     outcome.latent_sectors = true;
                 }
             }
+            if let Some((at, disk, runs)) = plan.unwritable {
+                if at == tick && shape.level.has_redundancy() {
+                    let sectors = disks[disk].size_bytes() / SECTOR as u64;
+                    let mut rng = Prng::new(seed ^ 0x0bad);
+                    for _ in 0..runs {
+                        // 4 KiB-aligned runs in the data half, as the latent ones.
+                        disks[disk].add_unwritable_sectors(rng.range(sectors / 2, sectors - 8) / 8 * 8, 8);
+                    }
+                    outcome.unwritable_sectors = true;
+                }
+            }
             if let Some((at, disk, latent)) = plan.fail {
                 if at == tick && shape.level.has_redundancy() {
                     if latent {
@@ -781,6 +804,7 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
 /// A member given a few latent bad sectors (fewer than `max_read_errors`) must still serve
 /// at the end: each read there was rebuilt and rewritten, never a reason to fail it.
 fn check_latent_member(array: &Array, plan: &Plan, outcome: &mut ConcurrentOutcome) -> Result<(), String> {
+    check_unwritable_member(array, plan, outcome)?;
     let Some((_, disk, _)) = plan.latent.filter(|_| outcome.latent_sectors) else { return Ok(()) };
     let label = format!("d{disk}");
     let Some(d) = array.devices().into_iter().find(|d| d.label == label) else { return Ok(()) };
@@ -794,6 +818,21 @@ fn check_latent_member(array: &Array, plan: &Plan, outcome: &mut ConcurrentOutco
             d.read_errors,
             d.read_errors_corrected
         ));
+    }
+    Ok(())
+}
+
+/// A member with sectors no write can fix must still serve at the end: a write that failed
+/// there was listed in its bad-block log, never a reason to fail it (its log has room for
+/// the few runs planted). That data is right is checked by the caller's reads and scrub.
+fn check_unwritable_member(array: &Array, plan: &Plan, outcome: &mut ConcurrentOutcome) -> Result<(), String> {
+    let Some((_, disk, runs)) = plan.unwritable.filter(|_| outcome.unwritable_sectors) else { return Ok(()) };
+    let label = format!("d{disk}");
+    let Some(d) = array.devices().into_iter().find(|d| d.label == label) else { return Ok(()) };
+    outcome.listed_ranges = d.bad_blocks.len() as u64;
+    let replaced = plan.replace && disk == 0;
+    if d.state == uraid_engine::DeviceState::Faulty && !replaced {
+        return Err(format!("{label}, given {runs} unwritable runs, was failed: {}", d.failure.unwrap_or_default()));
     }
     Ok(())
 }

@@ -14,6 +14,8 @@
 //!   a write, a random subset of its sectors reaches the cache first (a torn write);
 //! - latent sector errors: reads touching listed sectors fail until a write covers the
 //!   sector (a real disk remaps a sector on write);
+//! - unwritable sectors: reads and writes touching them fail (a sector the disk cannot
+//!   remap); md lists such ranges in the member's bad-block log;
 //! - power off: while off, every operation fails without counting (the dropped array's
 //!   last gasps must not reach the platter after the crash).
 
@@ -61,6 +63,7 @@ struct DiskState {
     fail_stop_at: Option<u64>,
     dead: bool,
     bad_sectors: BTreeSet<u64>,
+    unwritable: BTreeSet<u64>,
     powered: bool,
 }
 
@@ -107,6 +110,7 @@ impl SimDisk {
                 fail_stop_at: None,
                 dead: false,
                 bad_sectors: BTreeSet::new(),
+                unwritable: BTreeSet::new(),
                 powered: true,
             }),
         }
@@ -131,6 +135,11 @@ impl SimDisk {
     /// Makes reads of sectors `first..first+count` (absolute, from the disk start) fail.
     pub fn add_bad_sectors(&self, first: u64, count: u64) {
         self.lock_or_recover().bad_sectors.extend(first..first + count);
+    }
+
+    /// Makes reads and writes of sectors `first..first+count` fail for good.
+    pub fn add_unwritable_sectors(&self, first: u64, count: u64) {
+        self.lock_or_recover().unwritable.extend(first..first + count);
     }
 
     pub fn bad_sector_count(&self) -> usize {
@@ -247,7 +256,7 @@ impl Member for SimDisk {
         s.counters.reads += 1;
         let first = offset / SECTOR;
         let end = (offset + buf.len() as u64).div_ceil(SECTOR);
-        if let Some(bad) = s.bad_sectors.range(first..end).next().copied() {
+        if let Some(bad) = s.bad_sectors.range(first..end).next().or_else(|| s.unwritable.range(first..end).next()).copied() {
             s.counters.errors += 1;
             return Err(io_error(&self.label, &format!("unrecoverable read error at sector {bad}")));
         }
@@ -273,6 +282,10 @@ impl Member for SimDisk {
                 }
             }
             return Err(io_error(&self.label, "disk failed (fail-stop) during this write; torn"));
+        }
+        if let Some(bad) = s.unwritable.range(offset / SECTOR..(offset + buf.len() as u64).div_ceil(SECTOR)).next().copied() {
+            s.counters.errors += 1;
+            return Err(io_error(&self.label, &format!("write error at sector {bad}")));
         }
         let o = offset as usize;
         s.volatile[o..o + buf.len()].copy_from_slice(buf);

@@ -150,6 +150,7 @@ fn concurrent_main(args: &Args) -> ExitCode {
     let (mut ops, mut ticks, mut crashes, mut member_failures, mut checks, mut max_in_flight) = (0u64, 0u64, 0u64, 0u64, 0u64, 0usize);
     let mut replaces = 0u64;
     let (mut latent_episodes, mut corrected) = (0u64, 0u64);
+    let (mut unwritable_episodes, mut listed) = (0u64, 0u64);
     let mut seed = start;
     while seed < end && deadline.is_none_or(|d| Instant::now() < d) {
         match uraid_sim::run_concurrent_seed(seed, &limits) {
@@ -163,6 +164,8 @@ fn concurrent_main(args: &Args) -> ExitCode {
                 replaces += o.replaced as u64;
                 latent_episodes += o.latent_sectors as u64;
                 corrected += o.read_errors_corrected;
+                unwritable_episodes += o.unwritable_sectors as u64;
+                listed += o.listed_ranges;
                 max_in_flight = max_in_flight.max(o.max_in_flight);
                 if args.verbose || args.seed.is_some() {
                     println!("seed {seed} passed: {} ({} ops, {} ticks, max in flight {})", o.config, o.ops, o.ticks, o.max_in_flight);
@@ -178,7 +181,8 @@ fn concurrent_main(args: &Args) -> ExitCode {
     println!(
         "concurrent: {} seeds in {:.1} s: {passed} passed, {} failed; {ops} operations, {ticks} member ticks, {crashes} crashes, \
          {member_failures} member failures, {replaces} hot replaces, {latent_episodes} with latent sectors ({corrected} read errors \
-         corrected), {checks} check steps; max in flight: {max_in_flight}",
+         corrected), {unwritable_episodes} with unwritable sectors ({listed} ranges listed at the end), {checks} check steps; \
+         max in flight: {max_in_flight}",
         passed + failed.len() as u64,
         began.elapsed().as_secs_f64(),
         failed.len()

@@ -1,5 +1,6 @@
 //! 1000 concurrent episodes (8 clients, a cleaner and a job thread each; crashes, member
-//! failures, latent bad sectors healed from redundancy, rebuilds, hot replaces, checks and
+//! failures, latent bad sectors healed from redundancy, sectors no write can fix listed in
+//! the bad-block log, rebuilds, hot replaces, checks and
 //! repairs while requests are in flight), two episodes at a time.
 //! The long run: `cargo run -p uraid-sim --release -- --concurrent --seeds 0..20000`.
 
@@ -14,6 +15,7 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
     let max_in_flight = AtomicUsize::new(0);
     let (crashes, member_failures, replaces) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let (latent, corrected) = (AtomicU64::new(0), AtomicU64::new(0));
+    let (unwritable, listed) = (AtomicU64::new(0), AtomicU64::new(0));
     let failures = Mutex::new(Vec::new());
     // Each episode waits for its own threads only, so two run side by side.
     std::thread::scope(|s| {
@@ -31,6 +33,8 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
                         replaces.fetch_add(o.replaced as u64, Ordering::Relaxed);
                         latent.fetch_add(o.latent_sectors as u64, Ordering::Relaxed);
                         corrected.fetch_add(o.read_errors_corrected, Ordering::Relaxed);
+                        unwritable.fetch_add(o.unwritable_sectors as u64, Ordering::Relaxed);
+                        listed.fetch_add(o.listed_ranges, Ordering::Relaxed);
                     }
                     Err(f) => {
                         eprintln!("{f}\n");
@@ -43,13 +47,15 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
     let failures = failures.into_inner().unwrap();
     let max = max_in_flight.load(Ordering::Relaxed);
     eprintln!(
-        "concurrent: 1000 seeds, {} crashes, {} member failures, {} hot replaces, {} with latent sectors ({} read errors corrected); \
-         max in flight: {max}",
+        "concurrent: 1000 seeds, {} crashes, {} member failures, {} hot replaces, {} with latent sectors ({} read errors corrected), \
+         {} with unwritable sectors ({} ranges listed); max in flight: {max}",
         crashes.load(Ordering::Relaxed),
         member_failures.load(Ordering::Relaxed),
         replaces.load(Ordering::Relaxed),
         latent.load(Ordering::Relaxed),
-        corrected.load(Ordering::Relaxed)
+        corrected.load(Ordering::Relaxed),
+        unwritable.load(Ordering::Relaxed),
+        listed.load(Ordering::Relaxed)
     );
     assert!(
         failures.is_empty(),
@@ -65,5 +71,11 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
     assert!(
         latent.load(Ordering::Relaxed) > 100 && corrected.load(Ordering::Relaxed) > 50,
         "the seeds should plant latent sectors and have reads meet them"
+    );
+    // Sectors no write can fix on a member that stays: the writes that meet them are
+    // listed in its bad-block log instead of failing it.
+    assert!(
+        unwritable.load(Ordering::Relaxed) > 50 && listed.load(Ordering::Relaxed) > 20,
+        "the seeds should plant unwritable sectors and have writes meet them"
     );
 }

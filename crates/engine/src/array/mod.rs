@@ -636,11 +636,13 @@ impl Array {
                     Superblock::V1(_) => d.sb.set_role_table(&table),
                     Superblock::V090(_) => d.sb.set_role_table_090(&roles, i),
                 }
-                d.sb.set_array_state(events, resync_offset, now);
                 // md's super_1_sync: BAD_BLOCKS set exactly while the list has entries, and
                 // a changed list written with the superblock (here: before it, so a
-                // superblock never points at a log older than itself).
+                // superblock never points at a log older than itself). Before the state
+                // update, which computes the checksum (the concurrent simulator found a
+                // superblock written with the bit changed after it: seed 292).
                 logs[i] = d.bad_blocks.prepare_update(&mut d.sb);
+                d.sb.set_array_state(events, resync_offset, now);
                 role_taken_first.push((d.sb.role() == before, i));
             }
             role_taken_first.sort();
