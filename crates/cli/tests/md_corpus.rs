@@ -216,3 +216,42 @@ fn bad_input_is_refused_clearly_and_changes_nothing() {
     std::fs::write(&blank, vec![0u8; 1 << 20]).unwrap();
     assert_refused(&["examine", blank.to_str().unwrap()], std::slice::from_ref(&blank), "no md superblock");
 }
+
+/// Arrays md left in the middle of a reshape (../shared/md-corpus-reshape): `uraid read`
+/// returns the content below the logical size byte-exact (the moved part from the new
+/// shape at the new data offset, the rest from the old shape), the array's size while
+/// parked; a writable open is refused with a clear error and no member changes.
+#[test]
+fn arrays_md_left_mid_reshape_read_byte_exact_and_writes_are_refused() {
+    let Some(dir) = uraid_testkit::require_shared(&uraid_testkit::MD_CORPUS_RESHAPE, "md_corpus::arrays_md_left_mid_reshape") else {
+        return;
+    };
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let adir = entry.unwrap().path();
+        let Ok(raw) = std::fs::read(adir.join("manifest.json")) else { continue };
+        let manifest: Value = serde_json::from_slice(&raw).unwrap();
+        let name = manifest["name"].as_str().unwrap();
+        let images: Vec<String> = manifest["role_order"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+        let tmp = tempfile::tempdir().unwrap();
+        let paths = unpack(&adir, &images, tmp.path());
+        let before: Vec<String> = paths.iter().map(|p| file_sha(p)).collect();
+        let out = uraid(&[&["read"][..], &strs(&paths)].concat());
+        assert!(out.status.success(), "{name}: read failed: {}", String::from_utf8_lossy(&out.stderr));
+        let logical = manifest["logical_size_bytes"].as_u64().unwrap() as usize;
+        assert_eq!(out.stdout.len() as u64, manifest["size_while_parked_bytes"].as_u64().unwrap(), "{name}: array size");
+        assert_eq!(sha256_hex(&out.stdout[..logical]), manifest["sha256_logical"].as_str().unwrap(), "{name}: content");
+        // Writing would need md's checkpoint rule: refused, saying what to do.
+        let out = Command::new(env!("CARGO_BIN_EXE_uraid"))
+            .args([&["write", "--offset", "0"][..], &strs(&paths)].concat())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains("reshape") && err.contains("mdadm"), "{name}: {err}");
+        let after: Vec<String> = paths.iter().map(|p| file_sha(p)).collect();
+        assert_eq!(before, after, "{name}: a member changed");
+        seen += 1;
+    }
+    assert!(seen >= 2, "the reshape corpus should hold at least two arrays");
+}

@@ -11,6 +11,7 @@ pub mod locks;
 pub mod member;
 pub mod ownership;
 mod parallel;
+pub mod reshape;
 pub mod scan;
 pub mod stripe_cache;
 #[allow(unsafe_code)]

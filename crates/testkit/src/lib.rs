@@ -53,6 +53,9 @@ pub struct SharedInput {
 
 /// The real-md corpus: arrays made by Linux md, with manifests.
 pub const MD_CORPUS: SharedInput = SharedInput { name: "md-corpus", env_override: "URAID_MD_CORPUS", marker: "index.json" };
+/// Arrays real md left in the middle of a reshape, with manifests.
+pub const MD_CORPUS_RESHAPE: SharedInput =
+    SharedInput { name: "md-corpus-reshape", env_override: "URAID_MD_CORPUS_RESHAPE", marker: "README.md" };
 /// The md VM (real Linux md and mdadm in qemu).
 pub const MDVM: SharedInput = SharedInput { name: "mdvm", env_override: "MDVM_DIR", marker: "verify-images" };
 

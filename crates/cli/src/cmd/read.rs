@@ -7,7 +7,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use uraid_core::assemble::AssembleOptions;
-use uraid_engine::{Array, ArrayOptions, IoMode};
+use uraid_engine::reshape::ReshapeView;
+use uraid_engine::{Array, ArrayOptions, EngineError, IoMode};
 
 #[derive(Args)]
 pub struct ReadArgs {
@@ -44,8 +45,52 @@ pub fn assemble_read_only(paths: &[PathBuf], force: bool, run: bool, mode: IoMod
     Ok(array)
 }
 
+/// What `read` reads from: an array, or one md left in the middle of a reshape.
+enum Source {
+    Array(Array),
+    Reshaping(Box<ReshapeView>),
+}
+
+impl Source {
+    fn size_bytes(&self) -> u64 {
+        match self {
+            Source::Array(a) => a.size_bytes(),
+            Source::Reshaping(v) => v.size_bytes(),
+        }
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+        match self {
+            Source::Array(a) => a.read(offset, buf),
+            Source::Reshaping(v) => v.read(offset, buf),
+        }
+    }
+}
+
+fn open_source(a: &ReadArgs) -> Result<Source> {
+    match assemble_read_only(&a.devices, a.force, a.run, a.io.mode()) {
+        Ok(array) => Ok(Source::Array(array)),
+        Err(e) => match e.downcast_ref::<EngineError>() {
+            Some(EngineError::ReshapeInProgress { position_sectors }) => {
+                let members = open_members(&a.devices, false, a.io.mode())?;
+                let opts =
+                    ArrayOptions { assemble: AssembleOptions { array_uuid: None, force: a.force, run: a.run }, ..Default::default() };
+                let view = ReshapeView::open(members, &opts)?;
+                let s = view.state();
+                eprintln!(
+                    "uraid: reading an array in the middle of a reshape ({} members -> {}, at array sector {position_sectors}, {:.1}% moved)",
+                    s.old.raid_disks,
+                    s.new.raid_disks,
+                    100.0 * s.done_fraction(view.size_bytes() / 512)
+                );
+                Ok(Source::Reshaping(Box::new(view)))
+            }
+            _ => Err(e),
+        },
+    }
+}
+
 pub fn run(a: ReadArgs) -> Result<ExitCode> {
-    let array = assemble_read_only(&a.devices, a.force, a.run, a.io.mode())?;
+    let array = open_source(&a)?;
     let size = array.size_bytes();
     if a.offset > size {
         bail!("--offset {} is beyond the array end ({size} bytes)", a.offset);

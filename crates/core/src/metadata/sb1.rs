@@ -364,10 +364,11 @@ impl Superblock1 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn sample() -> Superblock1 {
+    /// A valid superblock for tests (also used by other modules' tests).
+    pub(crate) fn sample() -> Superblock1 {
         let mut sb = Superblock1 {
             feature_map: FeatureMap(FeatureMap::BITMAP_OFFSET),
             pad0: 0,

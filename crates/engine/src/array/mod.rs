@@ -51,6 +51,9 @@ pub enum EngineError {
     Plan(#[from] uraid_core::plan::PlanError),
     #[error("{0}")]
     Invalid(String),
+    /// The superblocks record a reshape in progress: [`crate::reshape::ReshapeView`] reads it.
+    #[error("the array is in the middle of a reshape (at array sector {position_sectors}); uraid reads it read-only but cannot continue it yet: finish it with mdadm (mdadm --assemble, then mdadm --grow --continue)")]
+    ReshapeInProgress { position_sectors: u64 },
 }
 
 /// How to open an array.
@@ -348,6 +351,13 @@ impl Array {
             };
             sb_offsets.push(loc.offset_bytes);
             candidates.push(Candidate { label: dev.label().to_string(), superblock: sb, device_size_bytes: dev.size_bytes() });
+        }
+        // A reshape in progress is refused by the assembler below as unsupported; say so
+        // as a type, so a reader can open it as a reshape view instead.
+        if let Some(Superblock::V1(sb)) = candidates.iter().map(|c| &c.superblock).max_by_key(|sb| sb.events()) {
+            if sb.feature_map.contains(uraid_core::metadata::FeatureMap::RESHAPE_ACTIVE) {
+                return Err(EngineError::ReshapeInProgress { position_sectors: sb.reshape_position_sectors });
+            }
         }
         let assembly = assemble(&candidates, &opts.assemble);
         let plan = match (&assembly.decision, assembly.plan) {
@@ -1302,6 +1312,11 @@ fn assign_in_sync(meta: &mut Meta, device: usize, role: usize) {
 
 /// The bytes of a superblock as written on disk (whole sectors).
 pub(crate) fn superblock_bytes(sb: &Superblock) -> Vec<u8> {
+    superblock_bytes_of(sb)
+}
+
+/// A superblock as md writes it: encoded, padded with 0xff to whole sectors.
+pub(crate) fn superblock_bytes_of(sb: &Superblock) -> Vec<u8> {
     let mut bytes = sb.encode();
     let padded = bytes.len().div_ceil(SECTOR_BYTES as usize) * SECTOR_BYTES as usize;
     bytes.resize(padded, 0xff);
