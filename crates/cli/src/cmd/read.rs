@@ -47,8 +47,8 @@ pub fn assemble_read_only(paths: &[PathBuf], force: bool, run: bool, mode: IoMod
 
 /// What `read` reads from: an array, or one md left in the middle of a reshape.
 enum Source {
-    Array(Array),
-    Reshaping(Box<ReshapeView>),
+    Array(Box<Array>),
+    Reshaping(ReshapeView),
 }
 
 impl Source {
@@ -68,7 +68,7 @@ impl Source {
 
 fn open_source(a: &ReadArgs) -> Result<Source> {
     match assemble_read_only(&a.devices, a.force, a.run, a.io.mode()) {
-        Ok(array) => Ok(Source::Array(array)),
+        Ok(array) => Ok(Source::Array(Box::new(array))),
         Err(e) => match e.downcast_ref::<EngineError>() {
             Some(EngineError::ReshapeInProgress { position_sectors }) => {
                 let members = open_members(&a.devices, false, a.io.mode())?;
@@ -82,7 +82,7 @@ fn open_source(a: &ReadArgs) -> Result<Source> {
                     s.new.raid_disks,
                     100.0 * s.done_fraction(view.size_bytes() / 512)
                 );
-                Ok(Source::Reshaping(Box::new(view)))
+                Ok(Source::Reshaping(view))
             }
             _ => Err(e),
         },
