@@ -48,7 +48,7 @@ pub fn assemble_read_only(paths: &[PathBuf], force: bool, run: bool, mode: IoMod
 /// What `read` reads from: an array, or one md left in the middle of a reshape.
 enum Source {
     Array(Box<Array>),
-    Reshaping(ReshapeView),
+    Reshaping(Box<ReshapeView>),
 }
 
 impl Source {
@@ -82,7 +82,7 @@ fn open_source(a: &ReadArgs) -> Result<Source> {
                     s.new.raid_disks,
                     100.0 * s.done_fraction(view.size_bytes() / 512)
                 );
-                Ok(Source::Reshaping(view))
+                Ok(Source::Reshaping(Box::new(view)))
             }
             _ => Err(e),
         },
