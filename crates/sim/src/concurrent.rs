@@ -408,12 +408,26 @@ fn plan(seed: u64, limits: &ConcurrentLimits) -> Plan {
     // from stale parity during the resync it comes out wrong, in md as in uraid (seed 814
     // showed it). Mirrors rebuild from a copy, which a crash leaves old or new, never wrong.
     let mirrored = matches!(level, Level::Raid1 | Level::Raid10);
-    let latent = (fail.is_none() && (crash_at.is_none() || mirrored) && rng.chance(40))
-        .then(|| (rng.range(1, span), rng.below(disks as u64) as usize, rng.range(1, 6)));
+    // With a member failure (and the rebuild onto a spare that follows) only where one loss
+    // still leaves redundancy for every block: RAID6 and 3-way RAID1. The bad sectors then go
+    // on another member than the failed one.
+    let survives_two = level == Level::Raid6 || (level == Level::Raid1 && disks == 3);
+    let fail_ok = fail.is_none_or(|(_, _, whole)| survives_two && !whole);
+    let failed_disk = fail.map(|(_, d, _)| d);
+    let other_disk = |rng: &mut Prng| {
+        let d = rng.below(disks as u64) as usize;
+        if Some(d) == failed_disk {
+            (d + 1) % disks
+        } else {
+            d
+        }
+    };
+    let latent = (fail_ok && (crash_at.is_none() || mirrored) && rng.chance(40))
+        .then(|| (rng.range(1, span), other_disk(&mut rng), rng.range(1, 6)));
     // Same conditions as latent sectors (a bad sector plus a crash's stale parity is a
     // double fault), and not both in one episode.
-    let unwritable = (fail.is_none() && latent.is_none() && (crash_at.is_none() || mirrored) && rng.chance(40))
-        .then(|| (rng.range(1, span), rng.below(disks as u64) as usize, rng.range(1, 4)));
+    let unwritable = (fail_ok && latent.is_none() && (crash_at.is_none() || mirrored) && rng.chance(40))
+        .then(|| (rng.range(1, span), other_disk(&mut rng), rng.range(1, 4)));
     Plan { shape, crash_at, fail, replace, repair, latent, unwritable, ops, blocks }
 }
 
