@@ -241,6 +241,13 @@ fn arrays_md_left_mid_reshape_read_byte_exact_and_writes_are_refused() {
         let logical = manifest["logical_size_bytes"].as_u64().unwrap() as usize;
         assert_eq!(out.stdout.len() as u64, manifest["size_while_parked_bytes"].as_u64().unwrap(), "{name}: array size");
         assert_eq!(sha256_hex(&out.stdout[..logical]), manifest["sha256_logical"].as_str().unwrap(), "{name}: content");
+        // examine shows the reshape as mdadm does.
+        let out = uraid(&["examine", "--json", paths[0].to_str().unwrap()]);
+        let ex: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let r = &ex[0]["reshape"];
+        assert_eq!(r["position_sectors"], manifest["reshape"]["position_sectors"], "{name}: {ex}");
+        assert_eq!(r["new_offset_sectors"], manifest["reshape"]["new_offset_sectors"], "{name}: {ex}");
+        assert_eq!(r["delta_devices"], manifest["delta_disks"], "{name}: {ex}");
         // Writing would need md's checkpoint rule: refused, saying what to do.
         let out = Command::new(env!("CARGO_BIN_EXE_uraid"))
             .args([&["write", "--offset", "0"][..], &strs(&paths)].concat())

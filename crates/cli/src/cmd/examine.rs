@@ -26,6 +26,19 @@ pub struct ExamineArgs {
     badblocks: bool,
 }
 
+/// A reshape in progress, as `mdadm --examine` shows it.
+#[derive(Serialize)]
+struct ReshapeExamined {
+    position_sectors: u64,
+    delta_devices: i32,
+    raid_devices_before: i64,
+    new_offset_sectors: Option<i64>,
+    new_level: String,
+    new_layout: String,
+    new_chunk_size_kib: u64,
+    backwards: bool,
+}
+
 /// One device's superblock, in mdadm's terms.
 #[derive(Serialize)]
 struct Examined {
@@ -57,6 +70,8 @@ struct Examined {
     array_state: Option<String>,
     bitmap_offset_sectors: Option<i64>,
     bad_block_log: Option<String>,
+    /// A reshape in progress (mdadm's "Reshape pos'n", "Delta Devices", "New …" rows).
+    reshape: Option<ReshapeExamined>,
     /// The bad-block log's entries as stored: [first sector, sectors], absolute device
     /// sectors. `None` when the device has no log configured.
     bad_blocks: Option<Vec<(u64, u64)>>,
@@ -94,6 +109,7 @@ impl Examined {
             array_state: None,
             bitmap_offset_sectors: None,
             bad_block_log: None,
+            reshape: None,
             bad_blocks: None,
             bad_blocks_error: None,
         }
@@ -165,6 +181,21 @@ fn fill_v1(e: &mut Examined, sb: &Superblock1, dev_size: u64) {
         ));
     }
     let _ = dev_size;
+    if sb.feature_map.contains(FeatureMap::RESHAPE_ACTIVE) {
+        e.reshape = Some(ReshapeExamined {
+            position_sectors: sb.reshape_position_sectors,
+            delta_devices: sb.delta_disks,
+            raid_devices_before: i64::from(sb.raid_disks) - i64::from(sb.delta_disks),
+            new_offset_sectors: sb
+                .feature_map
+                .contains(FeatureMap::NEW_OFFSET)
+                .then(|| sb.data_offset_sectors as i64 + i64::from(sb.new_offset_sectors)),
+            new_level: level_name(sb.new_level),
+            new_layout: layout_name(sb.new_level, sb.new_layout),
+            new_chunk_size_kib: u64::from(sb.new_chunk_sectors) / 2,
+            backwards: sb.feature_map.contains(FeatureMap::RESHAPE_BACKWARDS),
+        });
+    }
     // Array state as mdadm prints it: one letter per role, A = active, . = missing. Only
     // for a role count md allows: a damaged superblock's raid_disks sizes nothing.
     e.array_state = array_state(
@@ -369,9 +400,29 @@ fn print_text(e: &Examined) {
     row("Avail Dev Size", e.avail_dev_size_sectors.map(|s| format!("{s} sectors ({:.2} MiB)", s as f64 / 2048.0)));
     row("Used Dev Size", e.used_dev_size_sectors.map(|s| format!("{s} sectors ({:.2} MiB)", s as f64 / 2048.0)));
     row("Data Offset", e.data_offset_sectors.map(|s| format!("{s} sectors")));
+    row("New Offset", e.reshape.as_ref().and_then(|r| r.new_offset_sectors).map(|s| format!("{s} sectors")));
     row("Super Offset", e.super_offset_sectors.map(|s| format!("{s} sectors")));
     row("State", e.state.clone());
     row("Device UUID", e.device_uuid.clone());
+    if let Some(r) = &e.reshape {
+        let bytes = r.position_sectors * 512;
+        row("Reshape pos'n", Some(format!("{} ({:.2} MiB {:.2} MB)", bytes / 1024, bytes as f64 / 1048576.0, bytes as f64 / 1e6)));
+        if r.delta_devices != 0 {
+            row(
+                "Delta Devices",
+                Some(format!("{} ({}->{})", r.delta_devices, r.raid_devices_before, r.raid_devices_before + i64::from(r.delta_devices))),
+            );
+        }
+        if e.level.as_deref() != Some(r.new_level.as_str()) {
+            row("New Level", Some(r.new_level.clone()));
+        }
+        if e.layout.as_deref() != Some(r.new_layout.as_str()) {
+            row("New Layout", Some(r.new_layout.clone()));
+        }
+        if e.chunk_size_kib != Some(r.new_chunk_size_kib) {
+            row("New Chunksize", Some(format!("{}K", r.new_chunk_size_kib)));
+        }
+    }
     row("Internal Bitmap", e.bitmap_offset_sectors.map(|s| format!("{s} sectors from superblock")));
     row("Update Time", e.update_time.map(|t| t.to_string()));
     row("Bad Block Log", e.bad_block_log.clone());
