@@ -811,8 +811,6 @@ impl Array {
         let io = self.io_map();
         let mut devices: Vec<usize> = Vec::new();
         let mut batch: Vec<MemberIo> = Vec::new();
-        // Per device, what it was asked to write (for narrowing a failed write).
-        let mut asked: Vec<Vec<(u64, &[u8])>> = Vec::new();
         for (role, sector, bytes) in &outs {
             // Outs are sorted by role, so each device's runs arrive in sector order; a role
             // has two devices during a hot replace, hence the lookup.
@@ -822,28 +820,34 @@ impl Array {
                     None => {
                         devices.push(rm.device);
                         batch.push(MemberIo { member: &*rm.member, runs: Vec::new() });
-                        asked.push(Vec::new());
                         devices.len() - 1
                     }
                 };
-                let offset = rm.data_offset + sector * SECTOR_BYTES;
-                crate::parallel::push_write(&mut batch[at].runs, offset, bytes.as_slice());
-                asked[at].push((offset, bytes.as_slice()));
+                crate::parallel::push_write(&mut batch[at].runs, rm.data_offset + sector * SECTOR_BYTES, bytes.as_slice());
             }
         }
-        let mut kept_failing = false;
-        for ((device, result), writes) in devices.into_iter().zip(crate::parallel::run_member_io(batch)).zip(&asked) {
-            if let Err(e) = result {
-                if self.write_error_keeps_member(device, writes, &e) {
-                    kept_failing = true;
-                } else {
-                    self.fail_device_io(device, &e, &e.to_string());
-                }
+        let mut listed = false;
+        for (device, result) in devices.into_iter().zip(crate::parallel::run_member_io(batch)) {
+            let Err(e) = result else { continue };
+            // What this device was asked to write, found again only when it failed (the
+            // common path keeps no second list).
+            let writes: Vec<(u64, &[u8])> = outs
+                .iter()
+                .flat_map(|(role, sector, bytes)| {
+                    io.writers(*role)
+                        .filter(|rm| rm.device == device)
+                        .map(move |rm| (rm.data_offset + sector * SECTOR_BYTES, bytes.as_slice()))
+                })
+                .collect();
+            if self.write_error_keeps_member(device, &writes, &e) {
+                listed = true;
+            } else {
+                self.fail_device_io(device, &e, &e.to_string());
             }
         }
         // Ranges listed just now are rebuilt from the other members; a stripe where too
         // many are missing or listed has lost the write.
-        if kept_failing {
+        if listed {
             let io = self.io_map();
             let (lo, hi) =
                 outs.iter().fold((u64::MAX, 0), |(lo, hi), (_, s, b)| (lo.min(*s), hi.max(s + b.as_slice().len() as u64 / SECTOR_BYTES)));
