@@ -85,6 +85,11 @@ impl BadBlockLog {
             let mut raw = vec![0u8; bytes];
             member.read_at(&mut raw, area.offset).map_err(|e| format!("{}: reading the bad-block log: {e}", member.label()))?;
             list = BadBlockList::decode(&raw, s.bblog_shift).map_err(|e| format!("{}: {e}", member.label()))?;
+            // md stores at most 512 units per entry; a log using longer ones (up to 1023)
+            // would not fit again once cut to md's entries, so it is refused as corrupt.
+            if !list.fits(bytes) {
+                return Err(format!("{}: bad-block log entries are longer than md writes them", member.label()));
+            }
         }
         Ok(BadBlockLog {
             nonempty: AtomicBool::new(!list.is_empty()),
@@ -154,7 +159,12 @@ impl BadBlockLog {
             return;
         }
         let mut list = self.lock();
-        if list.clear(first, end - first) {
+        let mut next = list.clone();
+        // A clear that splits a range adds an entry; in a full log it stays listed instead
+        // (listing more than is bad is safe: those sectors are only rebuilt once more), so
+        // the list always fits its log.
+        if next.clear(first, end - first) && self.area.is_none_or(|area| next.fits(area.bytes)) {
+            *list = next;
             self.changes.fetch_add(1, Ordering::AcqRel);
             self.nonempty.store(!list.is_empty(), Ordering::Release);
         }
@@ -177,23 +187,9 @@ impl BadBlockLog {
         if list.is_empty() || changes == self.written_at.load(Ordering::Acquire) {
             return None;
         }
-        // `record` keeps only lists that fit, but a clear that splits a range adds an entry
-        // and can overflow a full log by one; see below.
-        match list.encode(area.bytes) {
-            Ok(bytes) => Some(LogWrite { offset: area.offset, bytes, changes }),
-            Err(_) => {
-                // A clear split a range of a full log. Listing more than is bad is safe
-                // (those sectors are rebuilt from redundancy), so write the list with the
-                // split undone: the smallest superset that fits.
-                let mut widened = list.clone();
-                while !widened.fits(area.bytes) {
-                    let r = widened.ranges().to_vec();
-                    let Some(i) = (0..r.len().saturating_sub(1)).min_by_key(|&i| r[i + 1].start - r[i].end()) else { break };
-                    widened.add(r[i].end(), r[i + 1].start - r[i].end());
-                }
-                widened.encode(area.bytes).ok().map(|bytes| LogWrite { offset: area.offset, bytes, changes })
-            }
-        }
+        // Load, record and clear all keep the list within its log.
+        let bytes = list.encode(area.bytes).expect("a bad-block list always fits its log");
+        Some(LogWrite { offset: area.offset, bytes, changes })
     }
 
     /// The log prepared by [`BadBlockLog::prepare_update`] is on disk.
@@ -268,5 +264,34 @@ impl Member for LoggedMember {
     }
     fn identity(&self) -> Option<crate::ownership::DeviceIdentity> {
         self.inner.identity()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log_with_room(entries: usize) -> BadBlockLog {
+        BadBlockLog {
+            list: Mutex::new(BadBlockList::new(0)),
+            nonempty: AtomicBool::new(false),
+            changes: AtomicU64::new(0),
+            written_at: AtomicU64::new(0),
+            area: Some(LogArea { offset: 0, bytes: entries * 8 }),
+        }
+    }
+
+    #[test]
+    fn a_clear_that_would_overflow_a_full_log_leaves_the_range_listed() {
+        let log = log_with_room(2);
+        assert!(log.record(&[SectorRange { start: 0, sectors: 8 }, SectorRange { start: 100, sectors: 1 }]));
+        // Splitting 0..8 would need three entries: refused, nothing changes.
+        log.cleared_by_write(3 * 512, 512);
+        assert_eq!(log.ranges(), vec![SectorRange { start: 0, sectors: 8 }, SectorRange { start: 100, sectors: 1 }]);
+        // A clear that does not split goes through.
+        log.cleared_by_write(100 * 512, 512);
+        assert_eq!(log.ranges(), vec![SectorRange { start: 0, sectors: 8 }]);
+        log.cleared_by_write(3 * 512, 512);
+        assert_eq!(log.ranges(), vec![SectorRange { start: 0, sectors: 3 }, SectorRange { start: 4, sectors: 4 }]);
     }
 }
