@@ -1110,6 +1110,50 @@ fn member<'a>(d: &'a Value, uri: &str) -> &'a Value {
     d["devices"].as_array().and_then(|v| v.iter().find(|m| m["device"].as_str() == Some(uri))).unwrap_or_else(|| panic!("{uri} not in {d}"))
 }
 
+/// An array over nbdkit members, created (64K chunks, `--assume-clean`) and served with an
+/// NBD export on a unix socket: the rig of the fault tests below.
+struct NbdkitArray {
+    kits: Vec<uraid_testkit::nbdkit::Nbdkit>,
+    uris: Vec<String>,
+    serve: Serve,
+    export: String,
+}
+
+/// Member `i` is served by nbdkit with `member_args(i)`; `serve_args` go to `uraid serve`.
+fn nbdkit_array(
+    env: &Env,
+    name: &str,
+    level: &str,
+    disks: usize,
+    serve_args: &[&str],
+    member_args: impl Fn(usize) -> Vec<String>,
+) -> NbdkitArray {
+    let kits: Vec<uraid_testkit::nbdkit::Nbdkit> = (0..disks)
+        .map(|i| {
+            let args = member_args(i);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            uraid_testkit::nbdkit::Nbdkit::start(&env.path(&format!("m{i}.sock")), &args)
+        })
+        .collect();
+    let uris: Vec<String> = kits.iter().map(|k| k.uri()).collect();
+    let n = disks.to_string();
+    let mut create = vec!["create", "-l", level, "-n", &n, "-c", "64K", "--assume-clean", "--name", name];
+    create.extend(uris.iter().map(String::as_str));
+    env.uraid(&create);
+    let sock = env.path("nbd.sock");
+    let members: Vec<PathBuf> = uris.iter().map(PathBuf::from).collect();
+    let nbd = format!("unix:{}", p(&sock));
+    let mut args = vec!["--nbd", &nbd];
+    args.extend_from_slice(serve_args);
+    let serve = env.serve(name, &members, &args);
+    let export = format!("nbd+unix:///{name}?socket={}", p(&sock));
+    NbdkitArray { kits, uris, serve, export }
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|a| a.to_string()).collect()
+}
+
 #[test]
 fn nbd_members_heal_a_burst_of_read_errors_under_fio_and_fail_past_the_limit() {
     skip_if!((!uraid_testkit::nbdkit::available("exports: bad sectors on NBD members")).then(|| "nbdkit is missing".to_string()));
@@ -1119,28 +1163,14 @@ fn nbd_members_heal_a_burst_of_read_errors_under_fio_and_fail_past_the_limit() {
         let name = format!("heal{level}x{max_read_errors}");
         let size = 24u64 << 20;
         let dirs: Vec<PathBuf> = (0..disks).map(|i| env.path(&format!("disk{i}"))).collect();
-        let kits: Vec<uraid_testkit::nbdkit::Nbdkit> = dirs
-            .iter()
-            .enumerate()
-            .map(|(i, d)| {
-                let script = bad_sector_disk(d, size);
-                uraid_testkit::nbdkit::Nbdkit::start(&env.path(&format!("m{i}.sock")), &["sh", p(&script)])
-            })
-            .collect();
-        let uris: Vec<String> = kits.iter().map(|k| k.uri()).collect();
-        let n = disks.to_string();
-        let mut create = vec!["create", "-l", level, "-n", &n, "-c", "64K", "--assume-clean", "--name", &name];
-        create.extend(uris.iter().map(String::as_str));
-        env.uraid(&create);
+        let limit = max_read_errors.to_string();
+        let NbdkitArray { kits, uris, mut serve, export } = nbdkit_array(&env, &name, level, disks, &["--max-read-errors", &limit], |i| {
+            let script = bad_sector_disk(&dirs[i], size);
+            strings(&["sh", p(&script)])
+        });
         let examined: Value = serde_json::from_str(&env.uraid(&["examine", &uris[1], "--json"])).expect("examine json");
         let data_offset =
             examined[0]["data_offset_sectors"].as_u64().or_else(|| examined["data_offset_sectors"].as_u64()).expect("data offset") * 512;
-
-        let sock = env.path("nbd.sock");
-        let members: Vec<PathBuf> = uris.iter().map(PathBuf::from).collect();
-        let limit = max_read_errors.to_string();
-        let mut serve = env.serve(&name, &members, &["--nbd", &format!("unix:{}", p(&sock)), "--max-read-errors", &limit]);
-        let export = format!("nbd+unix:///{name}?socket={}", p(&sock));
         fio_verify(&export, "8M", false);
 
         // A burst of latent errors on member 1, inside what fio wrote (its first 8 MiB of
@@ -1186,30 +1216,16 @@ fn nbdkit_error_filter_read_burst_is_listed_then_healed_and_past_the_limit_fails
         let env = Env::new();
         let name = format!("burst{level}x{limit}");
         let on = env.path("errors-on");
-        let kits: Vec<uraid_testkit::nbdkit::Nbdkit> = (0..disks)
-            .map(|i| {
-                let sock = env.path(&format!("m{i}.sock"));
-                if i == 1 {
-                    let rf = format!("error-pread-file={}", p(&on));
-                    uraid_testkit::nbdkit::Nbdkit::start(
-                        &sock,
-                        &["--filter=error", "memory", "24M", "error-pread=EIO", "error-pread-rate=100%", &rf],
-                    )
-                } else {
-                    uraid_testkit::nbdkit::Nbdkit::start(&sock, &["memory", "24M"])
-                }
-            })
-            .collect();
-        let uris: Vec<String> = kits.iter().map(|k| k.uri()).collect();
-        let n = disks.to_string();
-        let mut create = vec!["create", "-l", level, "-n", &n, "-c", "64K", "--assume-clean", "--name", &name];
-        create.extend(uris.iter().map(String::as_str));
-        env.uraid(&create);
-        let sock = env.path("nbd.sock");
-        let members: Vec<PathBuf> = uris.iter().map(PathBuf::from).collect();
         let max = limit.to_string();
-        let mut serve = env.serve(&name, &members, &["--nbd", &format!("unix:{}", p(&sock)), "--max-read-errors", &max]);
-        let export = format!("nbd+unix:///{name}?socket={}", p(&sock));
+        let NbdkitArray { kits, uris, mut serve, export } = nbdkit_array(&env, &name, level, disks, &["--max-read-errors", &max], |i| {
+            if i == 1 {
+                // Every read fails with EIO while `errors-on` exists.
+                let rf = format!("error-pread-file={}", p(&on));
+                strings(&["--filter=error", "memory", "24M", "error-pread=EIO", "error-pread-rate=100%", &rf])
+            } else {
+                strings(&["memory", "24M"])
+            }
+        });
         fio_verify(&export, "8M", false);
 
         std::fs::write(&on, b"").unwrap();
@@ -1255,29 +1271,15 @@ fn nbdkit_error_filter_faults_on_two_raid6_members_under_fio() {
     let name = "faulty6";
     let on = env.path("errors-on");
     let faulty = [1usize, 3];
-    let kits: Vec<uraid_testkit::nbdkit::Nbdkit> = (0..5)
-        .map(|i| {
-            let sock = env.path(&format!("m{i}.sock"));
-            if faulty.contains(&i) {
-                // Random read and write errors (EIO), only while `errors-on` exists.
-                let (rf, wf) = (format!("error-pread-file={}", p(&on)), format!("error-pwrite-file={}", p(&on)));
-                uraid_testkit::nbdkit::Nbdkit::start(
-                    &sock,
-                    &["--filter=error", "memory", "24M", "error=EIO", "error-pread-rate=10%", "error-pwrite-rate=10%", &rf, &wf],
-                )
-            } else {
-                uraid_testkit::nbdkit::Nbdkit::start(&sock, &["memory", "24M"])
-            }
-        })
-        .collect();
-    let uris: Vec<String> = kits.iter().map(|k| k.uri()).collect();
-    let mut create = vec!["create", "-l", "6", "-n", "5", "-c", "64K", "--assume-clean", "--name", name];
-    create.extend(uris.iter().map(String::as_str));
-    env.uraid(&create);
-    let sock = env.path("nbd.sock");
-    let members: Vec<PathBuf> = uris.iter().map(PathBuf::from).collect();
-    let mut serve = env.serve(name, &members, &["--nbd", &format!("unix:{}", p(&sock))]);
-    let export = format!("nbd+unix:///{name}?socket={}", p(&sock));
+    let NbdkitArray { kits, uris, mut serve, export } = nbdkit_array(&env, name, "6", 5, &[], |i| {
+        if faulty.contains(&i) {
+            // Random read and write errors (EIO), only while `errors-on` exists.
+            let (rf, wf) = (format!("error-pread-file={}", p(&on)), format!("error-pwrite-file={}", p(&on)));
+            strings(&["--filter=error", "memory", "24M", "error=EIO", "error-pread-rate=10%", "error-pwrite-rate=10%", &rf, &wf])
+        } else {
+            strings(&["memory", "24M"])
+        }
+    });
     std::fs::write(&on, b"").unwrap();
     // The array keeps serving and fio verifies every block it wrote.
     fio_verify(&export, "16M", false);
@@ -1295,6 +1297,7 @@ fn nbdkit_error_filter_faults_on_two_raid6_members_under_fio() {
     }
     std::fs::remove_file(&on).unwrap();
     env.stop(&mut serve);
+    drop(kits);
 }
 
 #[test]
