@@ -191,31 +191,28 @@ fn push_stripe<'a>(outs: &mut Outs<'a>, roles: &StripeRoles, lo: u64, writes: &[
 impl Array {
     /// Reads member sectors `lo..hi` of every present role, one request per member, the
     /// reads run by `run` (in parallel, or in line by a caller that runs several windows at
-    /// once already). Without `rebuilding`, a failed read fails the member and asks for a
-    /// retry. With it, those roles are not read (left for the rebuild), and a read error
-    /// that leaves its member serving stops with [`SegmentError::Unreadable`].
+    /// once already). Roles in `rebuilding` are not read (left for the rebuild); a read error
+    /// that leaves its member serving stops with [`SegmentError::Unreadable`], one that
+    /// failed the member asks for a retry.
     pub(super) fn read_window_with(
         &self,
         io: &IoMap,
         lo: u64,
         hi: u64,
         run: RunAll<Option<Result<Vec<u8>, bool>>>,
-        rebuilding: Option<&[usize]>,
+        rebuilding: &[usize],
     ) -> Result<Window, SegmentError> {
         let len = ((hi - lo) * SECTOR_BYTES) as usize;
         let results = run((0..io.read.len())
             .map(|role| {
                 let f: Box<dyn FnOnce() -> Option<Result<Vec<u8>, bool>> + Send> = Box::new(move || {
                     io.read[role].as_ref()?;
-                    if rebuilding.is_some_and(|r| r.contains(&role)) {
+                    if rebuilding.contains(&role) {
                         return None;
                     }
                     let mut b = self.cache.buffer(len);
                     let ms = MemberSector { role, sector: lo };
-                    Some(match rebuilding {
-                        Some(_) => self.read_member_keeping(io, ms, &mut b, false).map(|_| b).map_err(|f| f.kept),
-                        None => self.read_member(io, ms, &mut b).map(|_| b).map_err(|_| false),
-                    })
+                    Some(self.read_member_keeping(io, ms, &mut b, false).map(|_| b).map_err(|f| f.kept))
                 });
                 (len, f)
             })
@@ -367,7 +364,7 @@ impl Array {
         for _ in 0..=2 * self.geometry.raid_disks() {
             let io = self.io_map();
             unreadable.retain(|&r| io.read[r].is_some());
-            let mut win = match self.read_window_with(&io, lo, hi, run, Some(&unreadable)) {
+            let mut win = match self.read_window_with(&io, lo, hi, run, &unreadable) {
                 Ok(w) => w,
                 Err(SegmentError::Retry) => continue,
                 Err(SegmentError::Unreadable(role)) => {
