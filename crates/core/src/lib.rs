@@ -8,4 +8,5 @@ pub mod assemble;
 pub mod geometry;
 pub mod metadata;
 pub mod plan;
+pub mod reshape_window;
 pub mod state;
