@@ -51,6 +51,8 @@ enum Command {
     Repair(cmd::ctl::CheckArgs),
     /// Stop serving an array (flush, mark clean).
     Stop(cmd::ctl::NameArgs),
+    /// Continue a reshape recorded on an array's members (md's protocol; md can take over).
+    Grow(cmd::grow::GrowArgs),
     /// Show the md superblock of each device, like `mdadm --examine`.
     Examine(cmd::examine::ExamineArgs),
     /// Assemble read-only and write the array's contents (or a range) to stdout.
@@ -66,6 +68,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bench(args) => cmd::bench::run(args),
         Command::Examine(args) => cmd::examine::run(args),
+        Command::Grow(args) => cmd::grow::run(args),
         Command::Create(args) => cmd::create::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Status(args) => cmd::ctl::status(args),

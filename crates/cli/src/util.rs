@@ -177,6 +177,12 @@ impl Progress {
             b.set_position(p.done_sectors * 512);
         }
     }
+    /// Sets how many sectors are done (for jobs that count their own progress).
+    pub fn set(&self, done_sectors: u64) {
+        if let Some(b) = &self.bar {
+            b.set_position(done_sectors * 512);
+        }
+    }
     pub fn finish(&self) -> Duration {
         if let Some(b) = &self.bar {
             b.finish_and_clear();

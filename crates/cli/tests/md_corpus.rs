@@ -217,6 +217,22 @@ fn bad_input_is_refused_clearly_and_changes_nothing() {
     assert_refused(&["examine", blank.to_str().unwrap()], std::slice::from_ref(&blank), "no md superblock");
 }
 
+/// Each array of the reshape corpus, unpacked: its folder, manifest, the temporary folder
+/// holding the images (kept while in use), and the images in role order.
+fn reshape_corpus(dir: &Path) -> Vec<(PathBuf, Value, tempfile::TempDir, Vec<PathBuf>)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let adir = entry.unwrap().path();
+        let Ok(raw) = std::fs::read(adir.join("manifest.json")) else { continue };
+        let manifest: Value = serde_json::from_slice(&raw).unwrap();
+        let images: Vec<String> = manifest["role_order"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+        let tmp = tempfile::tempdir().unwrap();
+        let paths = unpack(&adir, &images, tmp.path());
+        out.push((adir, manifest, tmp, paths));
+    }
+    out
+}
+
 /// Arrays md left in the middle of a reshape (../shared/md-corpus-reshape): `uraid read`
 /// returns the content below the logical size byte-exact (the moved part from the new
 /// shape at the new data offset, the rest from the old shape), the array's size while
@@ -227,14 +243,8 @@ fn arrays_md_left_mid_reshape_read_byte_exact_and_writes_are_refused() {
         return;
     };
     let mut seen = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let adir = entry.unwrap().path();
-        let Ok(raw) = std::fs::read(adir.join("manifest.json")) else { continue };
-        let manifest: Value = serde_json::from_slice(&raw).unwrap();
+    for (_, manifest, _tmp, paths) in reshape_corpus(&dir) {
         let name = manifest["name"].as_str().unwrap();
-        let images: Vec<String> = manifest["role_order"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
-        let tmp = tempfile::tempdir().unwrap();
-        let paths = unpack(&adir, &images, tmp.path());
         let before: Vec<String> = paths.iter().map(|p| file_sha(p)).collect();
         let out = uraid(&[&["read"][..], &strs(&paths)].concat());
         assert!(out.status.success(), "{name}: read failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -258,6 +268,55 @@ fn arrays_md_left_mid_reshape_read_byte_exact_and_writes_are_refused() {
         assert!(!out.status.success() && err.contains("reshape") && err.contains("mdadm"), "{name}: {err}");
         let after: Vec<String> = paths.iter().map(|p| file_sha(p)).collect();
         assert_eq!(before, after, "{name}: a member changed");
+        seen += 1;
+    }
+    assert!(seen >= 2, "the reshape corpus should hold at least two arrays");
+}
+
+/// uraid takes over md's parked reshapes: it moves part of what is left and stops (the array
+/// still reads right, from both shapes), then finishes, and the result is byte for byte what
+/// md made of the same images (`finish-run.json`: md finishing them in the VM).
+#[test]
+fn arrays_md_left_mid_reshape_are_continued_to_mds_own_result() {
+    let Some(dir) = uraid_testkit::require_shared(&uraid_testkit::MD_CORPUS_RESHAPE, "md_corpus::arrays_md_left_mid_reshape_continued")
+    else {
+        return;
+    };
+    let mut seen = 0;
+    for (adir, manifest, _tmp, paths) in reshape_corpus(&dir) {
+        let finish: Value = serde_json::from_slice(&std::fs::read(adir.join("finish-run.json")).unwrap()).unwrap();
+        let name = manifest["name"].as_str().unwrap();
+        let logical = manifest["logical_size_bytes"].as_u64().unwrap() as usize;
+        let md_position = manifest["reshape"]["position_sectors"].as_u64().unwrap();
+        let total = finish["result"]["size_bytes"].as_u64().unwrap() / 512;
+        let park = md_position + (total - md_position) / 3;
+        let out = uraid(&[&["grow", "--continue", "--json", "--sync-max", &park.to_string()][..], &strs(&paths)].concat());
+        assert!(out.status.success(), "{name}: grow failed: {}", String::from_utf8_lossy(&out.stderr));
+        let parked: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let at = parked["position_sectors"].as_u64().unwrap();
+        assert!(parked["finished"] == false && at >= park && at < total, "{name}: {parked}");
+        let out = uraid(&[&["examine", "--json"][..], &strs(&paths)].concat());
+        let ex: Value = serde_json::from_slice(&out.stdout).unwrap();
+        for m in ex.as_array().unwrap() {
+            assert_eq!(m["reshape"]["position_sectors"].as_u64(), Some(at), "{name}: the stop is recorded on every member: {m}");
+        }
+        let out = uraid(&[&["read"][..], &strs(&paths)].concat());
+        assert_eq!(sha256_hex(&out.stdout[..logical]), manifest["sha256_logical"].as_str().unwrap(), "{name}: content while parked");
+        let out = uraid(&[&["grow", "--continue", "--json"][..], &strs(&paths)].concat());
+        assert!(out.status.success(), "{name}: grow failed: {}", String::from_utf8_lossy(&out.stderr));
+        let done: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(done["finished"], true, "{name}: {done}");
+        let out = uraid(&[&["read"][..], &strs(&paths)].concat());
+        assert!(out.status.success(), "{name}: the reshaped array assembles: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.stdout.len() as u64, finish["result"]["size_bytes"].as_u64().unwrap(), "{name}: final size");
+        assert_eq!(sha256_hex(&out.stdout), finish["result"]["sha256"].as_str().unwrap(), "{name}: md's own result");
+        let out = uraid(&[&["examine", "--json"][..], &strs(&paths)].concat());
+        let ex: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let md_after = finish["examine_after"][0]["data_offset_sectors"].as_u64().unwrap();
+        for m in ex.as_array().unwrap() {
+            assert!(m["reshape"].is_null(), "{name}: no reshape recorded after the end: {m}");
+            assert_eq!(m["data_offset_sectors"].as_u64(), Some(md_after), "{name}: data offset as md leaves it: {m}");
+        }
         seen += 1;
     }
     assert!(seen >= 2, "the reshape corpus should hold at least two arrays");

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use uraid_core::assemble::AssembleOptions;
-use uraid_engine::reshape::ReshapeView;
+use uraid_engine::reshape::ReshapingArray;
 use uraid_engine::{Array, ArrayOptions, EngineError, IoMode};
 
 #[derive(Args)]
@@ -48,7 +48,7 @@ pub fn assemble_read_only(paths: &[PathBuf], force: bool, run: bool, mode: IoMod
 /// What `read` reads from: an array, or one md left in the middle of a reshape.
 enum Source {
     Array(Box<Array>),
-    Reshaping(Box<ReshapeView>),
+    Reshaping(Box<ReshapingArray>),
 }
 
 impl Source {
@@ -74,7 +74,7 @@ fn open_source(a: &ReadArgs) -> Result<Source> {
                 let members = open_members(&a.devices, false, a.io.mode())?;
                 let opts =
                     ArrayOptions { assemble: AssembleOptions { array_uuid: None, force: a.force, run: a.run }, ..Default::default() };
-                let view = ReshapeView::open(members, &opts)?;
+                let view = ReshapingArray::open(members, &opts)?;
                 let s = view.state();
                 eprintln!(
                     "uraid: reading an array in the middle of a reshape ({} members -> {}, at array sector {position_sectors}, {:.1}% moved)",

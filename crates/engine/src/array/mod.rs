@@ -51,8 +51,8 @@ pub enum EngineError {
     Plan(#[from] uraid_core::plan::PlanError),
     #[error("{0}")]
     Invalid(String),
-    /// The superblocks record a reshape in progress: [`crate::reshape::ReshapeView`] reads it.
-    #[error("the array is in the middle of a reshape (at array sector {position_sectors}); uraid reads it read-only but cannot continue it yet: finish it with mdadm (mdadm --assemble, then mdadm --grow --continue)")]
+    /// The superblocks record a reshape in progress: [`crate::reshape::ReshapingArray`] reads it.
+    #[error("the array is in the middle of a reshape (at array sector {position_sectors}): finish it with `uraid grow --continue` (or mdadm --grow --continue), or read it with `uraid read`")]
     ReshapeInProgress { position_sectors: u64 },
 }
 

@@ -1,6 +1,8 @@
-//! md reshapes. Today: reading an array md left in the middle of one ([`ReshapeView`]).
-//! Starting and continuing a reshape (issue 13) will live here too.
+//! md reshapes: an array moved from one shape to another (more or fewer members, another
+//! chunk, layout or level) while it stays in use, with md's on-disk protocol
+//! ([`ReshapingArray`]).
 
-mod view;
+mod overlay;
+mod reshaping;
 
-pub use view::ReshapeView;
+pub use reshaping::{ReshapeStep, ReshapingArray, DEFAULT_WINDOW_BYTES};

@@ -1,0 +1,573 @@
+//! An array in the middle of a reshape: readable, writable, and moved window by window
+//! from its old shape to its new one with md's on-disk protocol, so that md can take over
+//! at any point (and uraid can take over from md).
+//!
+//! The superblocks describe two arrays over the same members
+//! (`uraid_core::metadata::reshape`): the part already moved, in the new shape with its data
+//! at the new offset, and the rest, in the old shape. Each side is assembled as an ordinary
+//! [`Array`] over the same members seen through a [`SideMember`] (which shows that side's
+//! superblock and keeps the side's own superblock writes in memory). The real superblocks
+//! belong to this type alone:
+//! - before a window's writes could land on old data that a restart would still read, every
+//!   earlier write is flushed and the position is recorded (md's checkpoint rule, planned by
+//!   `uraid_core::reshape_window`);
+//! - before the first user write, they say "active" (md's `md_write_start`), so a crash
+//!   leads to a resync once the reshape is done;
+//! - at the end, each member gets a plain superblock of the new shape.
+//!
+//! Requests run beside the reshape. Each one waits while the window being moved overlaps
+//! it, then goes to the side holding its sectors; the mover waits for requests inside its
+//! next window to finish before reading it. A write to a sector already moved but not yet
+//! recorded as moved first records the position: after a crash the old copy would be read,
+//! and the write would be lost.
+
+use super::overlay::SideMember;
+use crate::array::{superblock_bytes_of, Array, ArrayOptions, DeviceState, EngineError};
+use crate::member::Member;
+use crate::scan::probe;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use uraid_core::geometry::{Level, SECTOR_BYTES};
+use uraid_core::metadata::reshape::{ReshapeState, Side};
+use uraid_core::metadata::{FeatureMap, Superblock, Superblock1, MAX_SECTOR};
+use uraid_core::reshape_window::{StripedShape, Window, WindowPlanner};
+
+/// Array bytes moved per window at most (more when one window unit is larger).
+pub const DEFAULT_WINDOW_BYTES: u64 = 4 << 20;
+
+/// A member of the reshaping array and its real superblock.
+struct Slot {
+    member: Arc<dyn Member>,
+    /// Byte offset of the superblock.
+    at: u64,
+    sb: Superblock1,
+    /// Failed while the array was open: no longer written.
+    failed: bool,
+}
+
+struct Progress {
+    /// Where the shapes meet now.
+    position: u64,
+    /// The position the superblocks record.
+    checkpoint: u64,
+    /// The window being moved: requests overlapping it wait.
+    moving: Option<(u64, u64)>,
+    /// Sector ranges of requests in progress.
+    in_flight: Vec<(u64, u64)>,
+    /// The superblocks say "active" (writes may be in flight).
+    marked_active: bool,
+    finished: bool,
+}
+
+/// What one step of the reshape did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReshapeStep {
+    /// Moved array sectors `[first, end)`.
+    Moved { first: u64, end: u64 },
+    /// Everything is in the new shape; the superblocks say so.
+    Finished,
+}
+
+/// An array in the middle of a reshape.
+pub struct ReshapingArray {
+    old: Array,
+    new: Array,
+    slots: Mutex<Vec<Slot>>,
+    /// Serialises superblock updates (checkpoints, active/clean marks, the finish).
+    superblock_writes: Mutex<u64>,
+    state: ReshapeState,
+    planner: WindowPlanner,
+    size_bytes: AtomicU64,
+    writable: bool,
+    /// The superblocks said "clean" when opened: if not, the redundancy written before the
+    /// crash may disagree, and the array must resync once reshaped.
+    opened_clean: bool,
+    progress: Mutex<Progress>,
+    progress_changed: Condvar,
+}
+
+/// The striped shape of one side, for the window planner; `None` for a level the planner
+/// does not cover (mirrors, linear).
+fn striped_shape(array: &Array, data_offset_sectors: u64) -> Option<StripedShape> {
+    let chunk = array.geometry().chunk_sectors()?;
+    let parity = match array.level() {
+        Level::Raid0 => 0,
+        Level::Raid4 | Level::Raid5 => 1,
+        Level::Raid6 => 2,
+        _ => return None,
+    };
+    let data_disks = array.geometry().raid_disks().checked_sub(parity)? as u64;
+    Some(StripedShape { data_disks, chunk_sectors: chunk, data_offset_sectors, array_sectors: array.geometry().array_sectors() })
+}
+
+/// Reads the newest v1 superblock of every device; all must belong to one array.
+fn read_superblocks(devices: &[Arc<dyn Member>]) -> Result<Vec<(u64, Superblock1)>, EngineError> {
+    let mut found: Vec<(u64, Superblock1)> = Vec::with_capacity(devices.len());
+    for dev in devices {
+        match probe(dev.as_ref()).best().cloned() {
+            Some((loc, Superblock::V1(sb))) => found.push((loc.offset_bytes, sb)),
+            Some((_, Superblock::V090(_))) => {
+                return Err(EngineError::Unsupported("a 0.90 array in the middle of a reshape is not supported yet".into()))
+            }
+            None => return Err(EngineError::NoSuperblock { device: dev.label().to_string(), detail: String::new() }),
+        }
+    }
+    if let Some((_, first)) = found.first() {
+        if let Some(i) = found.iter().position(|(_, sb)| sb.set_uuid != first.set_uuid) {
+            return Err(EngineError::Refused(format!(
+                "{} belongs to another array than {}: give the members of one array",
+                devices[i].label(),
+                devices[0].label()
+            )));
+        }
+    }
+    Ok(found)
+}
+
+impl ReshapingArray {
+    /// Opens the reshape recorded on `devices`. Writable (`opts.writable`), it can continue
+    /// the reshape and take writes; read-only, it never writes.
+    pub fn open(devices: Vec<Arc<dyn Member>>, opts: &ArrayOptions) -> Result<ReshapingArray, EngineError> {
+        let found = read_superblocks(&devices)?;
+        let newest_events = found.iter().map(|(_, sb)| sb.events).max().ok_or_else(|| EngineError::Refused("no devices given".into()))?;
+        // Devices behind the newest (by more than md's one-event margin: a crash between
+        // two members' superblock writes) are left out of the reshape, as assembly would.
+        let current: Vec<usize> = (0..found.len()).filter(|&i| found[i].1.events + 1 >= newest_events).collect();
+        let newest = found.iter().max_by_key(|(_, sb)| sb.events).map(|(_, sb)| sb.clone()).expect("not empty");
+        let state = ReshapeState::from_superblock(&newest).map_err(|e| EngineError::Unsupported(e.to_string()))?;
+        if opts.writable {
+            if let Some(i) = current.iter().find(|&&i| found[i].1.feature_map.contains(FeatureMap::BITMAP_OFFSET)) {
+                return Err(EngineError::Unsupported(format!(
+                    "{}: uraid does not reshape an array with a write-intent bitmap yet; finish this reshape with mdadm",
+                    devices[*i].label()
+                )));
+            }
+        }
+        let side = |side: Side| -> Result<Array, EngineError> {
+            let members: Vec<Arc<dyn Member>> = current
+                .iter()
+                .map(|&i| {
+                    let (at, sb) = &found[i];
+                    let dev = &devices[i];
+                    let mut own = state.side_superblock(sb, side, dev.size_bytes() / SECTOR_BYTES);
+                    own.events = newest_events;
+                    // The sides never write a bad-block log: two sides would overwrite each
+                    // other's. A reshape with listed ranges is refused below.
+                    own.feature_map.0 &= !FeatureMap::BAD_BLOCKS;
+                    own.bblog_size_sectors = 0;
+                    own.bblog_offset_sectors = 0;
+                    own.sb_csum = own.compute_checksum();
+                    Arc::new(SideMember::new(dev.clone(), *at, superblock_bytes_of(&Superblock::V1(own)), opts.writable)) as Arc<dyn Member>
+                })
+                .collect();
+            Array::assemble(members, opts).map(|(a, _)| a)
+        };
+        let old = side(Side::Old)?;
+        let new = side(Side::New)?;
+        if opts.writable {
+            for &i in &current {
+                let (_, sb) = &found[i];
+                if sb.feature_map.contains(FeatureMap::BAD_BLOCKS) {
+                    let (at, sb) = &found[i];
+                    let log = crate::bad_blocks::BadBlockLog::load(devices[i].as_ref(), &Superblock::V1(sb.clone()), *at)
+                        .map_err(|why| EngineError::Refused(format!("{}: {why}", devices[i].label())))?;
+                    if !log.ranges().is_empty() {
+                        return Err(EngineError::Unsupported(format!(
+                            "{}: its bad-block log lists ranges; replace the member (or clear them) before reshaping",
+                            devices[i].label()
+                        )));
+                    }
+                }
+            }
+        }
+        let data_offset = newest.data_offset_sectors;
+        let new_offset = (data_offset as i64 + state.new_offset_sectors).max(0) as u64;
+        let (Some(old_shape), Some(new_shape)) = (striped_shape(&old, data_offset), striped_shape(&new, new_offset)) else {
+            return Err(EngineError::Unsupported(format!(
+                "uraid continues reshapes of striped arrays (RAID0/4/5/6); this one goes from {} to {}",
+                old.level(),
+                new.level()
+            )));
+        };
+        let planner = WindowPlanner {
+            old: old_shape,
+            new: new_shape,
+            backwards: state.backwards,
+            max_window_sectors: DEFAULT_WINDOW_BYTES / SECTOR_BYTES,
+        };
+        let position =
+            if newest.reshape_position_sectors == MAX_SECTOR { planner.start_position() } else { newest.reshape_position_sectors };
+        // md keeps the array's size through a reshape (a grow shows its new size at the
+        // end; a shrink was cut to its new size before it began): the smaller side's.
+        let size_bytes = old.size_bytes().min(new.size_bytes());
+        let slots =
+            current.iter().map(|&i| Slot { member: devices[i].clone(), at: found[i].0, sb: found[i].1.clone(), failed: false }).collect();
+        Ok(ReshapingArray {
+            old,
+            new,
+            slots: Mutex::new(slots),
+            superblock_writes: Mutex::new(newest_events),
+            opened_clean: newest.resync_offset_sectors == MAX_SECTOR,
+            state,
+            planner,
+            size_bytes: AtomicU64::new(size_bytes),
+            writable: opts.writable,
+            progress: Mutex::new(Progress {
+                position,
+                checkpoint: position,
+                moving: None,
+                in_flight: Vec::new(),
+                marked_active: false,
+                finished: false,
+            }),
+            progress_changed: Condvar::new(),
+        })
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes.load(Ordering::Acquire)
+    }
+
+    pub fn state(&self) -> &ReshapeState {
+        &self.state
+    }
+
+    /// Where the shapes meet now (array sectors).
+    pub fn position_sectors(&self) -> u64 {
+        self.lock_progress().position
+    }
+
+    /// The array sectors the reshape covers (the new shape's size).
+    pub fn total_sectors(&self) -> u64 {
+        self.planner.end_sectors()
+    }
+
+    /// Array sectors moved so far.
+    pub fn moved_sectors(&self) -> u64 {
+        let p = self.position_sectors();
+        if self.planner.backwards {
+            self.total_sectors() - p
+        } else {
+            p
+        }
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.lock_progress().finished
+    }
+
+    /// The side of the reshape that will be the array once it is done.
+    pub fn new_side(&self) -> &Array {
+        &self.new
+    }
+
+    fn lock_progress(&self) -> MutexGuard<'_, Progress> {
+        self.progress.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn wait<'a>(&self, guard: MutexGuard<'a, Progress>) -> MutexGuard<'a, Progress> {
+        self.progress_changed.wait(guard).unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until the window being moved leaves `range` alone, then records `range` as a
+    /// request in progress; the guard ends it.
+    fn enter(&self, range: (u64, u64)) -> InFlight<'_> {
+        let mut p = self.lock_progress();
+        while p.moving.is_some_and(|m| m.0 < range.1 && range.0 < m.1) {
+            p = self.wait(p);
+        }
+        p.in_flight.push(range);
+        InFlight { array: self, range, position: p.position, checkpoint: p.checkpoint }
+    }
+
+    fn side(&self, side: Side) -> &Array {
+        match side {
+            Side::Old => &self.old,
+            Side::New => &self.new,
+        }
+    }
+
+    /// Splits byte range `offset..offset+len` at the position `pos` (sectors): the part
+    /// before it and the part from it, each with the side holding it.
+    fn split(&self, offset: u64, len: u64, pos: u64) -> [(u64, u64, Side); 2] {
+        let split = pos.saturating_mul(SECTOR_BYTES).clamp(offset, offset + len);
+        let (below, above) = if self.planner.backwards { (Side::Old, Side::New) } else { (Side::New, Side::Old) };
+        [(offset, split - offset, below), (split, offset + len - split, above)]
+    }
+
+    fn check_range(&self, offset: u64, len: u64) -> Result<(u64, u64), EngineError> {
+        let size = self.size_bytes();
+        if offset.checked_add(len).is_none_or(|end| end > size) {
+            return Err(EngineError::OutOfRange { offset, len: len as usize, size });
+        }
+        Ok((offset / SECTOR_BYTES, (offset + len).div_ceil(SECTOR_BYTES)))
+    }
+
+    /// Reads `buf.len()` bytes at array byte `offset`, each part from the side holding it.
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+        let range = self.check_range(offset, buf.len() as u64)?;
+        let request = self.enter(range);
+        let mut rest = &mut buf[..];
+        for (at, len, side) in self.split(offset, rest.len() as u64, request.position) {
+            let (part, tail) = rest.split_at_mut(len as usize);
+            if !part.is_empty() {
+                self.side(side).read(at, part)?;
+            }
+            rest = tail;
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at array byte `offset`, each part to the side holding it.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), EngineError> {
+        if !self.writable {
+            return Err(EngineError::ReadOnly);
+        }
+        let range = self.check_range(offset, data.len() as u64)?;
+        let request = self.enter(range);
+        self.mark_active()?;
+        let (moved_lo, moved_hi) =
+            if self.planner.backwards { (request.position, request.checkpoint) } else { (request.checkpoint, request.position) };
+        if range.0 < moved_hi && moved_lo < range.1 {
+            // Moved, but a restart would read the old copy: record the move first.
+            self.checkpoint()?;
+        }
+        let mut rest = data;
+        for (at, len, side) in self.split(offset, rest.len() as u64, request.position) {
+            let (part, tail) = rest.split_at(len as usize);
+            if !part.is_empty() {
+                self.side(side).write(at, part)?;
+            }
+            rest = tail;
+        }
+        self.propagate_failures()
+    }
+
+    /// Makes every acknowledged write durable.
+    pub fn flush(&self) -> Result<(), EngineError> {
+        self.old.flush()?;
+        self.new.flush()
+    }
+
+    /// Writes every live member's superblock, changed by `change`, with the next event
+    /// count; then flushes them all. Callers hold `superblock_writes`.
+    fn write_superblocks(&self, events: &mut u64, change: impl Fn(&mut Superblock1)) -> Result<(), EngineError> {
+        *events += 1;
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let failed: Vec<u32> = slots.iter().filter(|s| s.failed).map(|s| s.sb.dev_number).collect();
+        let now = crate::array::now_seconds();
+        let mut errors = Vec::new();
+        for slot in slots.iter_mut().filter(|s| !s.failed) {
+            change(&mut slot.sb);
+            for n in &failed {
+                if let Some(role) = slot.sb.dev_roles.get_mut(*n as usize) {
+                    *role = 0xfffe;
+                }
+            }
+            slot.sb.events = *events;
+            slot.sb.utime = uraid_core::metadata::sb1::MdTime::from_parts(now, 0);
+            slot.sb.sb_csum = slot.sb.compute_checksum();
+            if let Err(e) = slot.member.write_at(&superblock_bytes_of(&Superblock::V1(slot.sb.clone())), slot.at) {
+                errors.push(format!("{}: superblock write: {e}", slot.member.label()));
+            }
+        }
+        for slot in slots.iter().filter(|s| !s.failed) {
+            if let Err(e) = slot.member.flush() {
+                errors.push(format!("{}: flush: {e}", slot.member.label()));
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(EngineError::Failed(format!("cannot record the reshape's progress: {}", errors.join("; "))))
+        }
+    }
+
+    /// Records the current position in the superblocks, after every write so far is
+    /// durable (md: `reshape_position` is written only once what lies below it is safe).
+    pub fn checkpoint(&self) -> Result<(), EngineError> {
+        let mut events = self.superblock_writes.lock().unwrap_or_else(|p| p.into_inner());
+        let position = {
+            let p = self.lock_progress();
+            if p.position == p.checkpoint || p.finished {
+                return Ok(());
+            }
+            p.position
+        };
+        self.flush()?;
+        self.write_superblocks(&mut events, |sb| sb.reshape_position_sectors = position)?;
+        // Only moved here, under `superblock_writes`: it follows the position.
+        self.lock_progress().checkpoint = position;
+        Ok(())
+    }
+
+    /// Before the first write: the superblocks say "active", so a crash resyncs.
+    fn mark_active(&self) -> Result<(), EngineError> {
+        if self.lock_progress().marked_active {
+            return Ok(());
+        }
+        let mut events = self.superblock_writes.lock().unwrap_or_else(|p| p.into_inner());
+        if self.lock_progress().marked_active {
+            return Ok(());
+        }
+        self.write_superblocks(&mut events, |sb| sb.resync_offset_sectors = 0)?;
+        self.lock_progress().marked_active = true;
+        Ok(())
+    }
+
+    /// Moves the next window, or finishes the reshape when everything is moved.
+    pub fn step(&self) -> Result<ReshapeStep, EngineError> {
+        if !self.writable {
+            return Err(EngineError::ReadOnly);
+        }
+        let next = {
+            let p = self.lock_progress();
+            if p.finished {
+                return Ok(ReshapeStep::Finished);
+            }
+            self.planner.next(p.position, p.checkpoint).map_err(|e| EngineError::Unsupported(e.to_string()))?
+        };
+        let Some(Window { first, end, checkpoint_first }) = next else {
+            self.finish()?;
+            return Ok(ReshapeStep::Finished);
+        };
+        if checkpoint_first {
+            self.checkpoint()?;
+        }
+        {
+            let mut p = self.lock_progress();
+            p.moving = Some((first, end));
+            while p.in_flight.iter().any(|r| r.0 < end && first < r.1) {
+                p = self.wait(p);
+            }
+        }
+        let moved = self.move_window(first, end);
+        let mut p = self.lock_progress();
+        p.moving = None;
+        if moved.is_ok() {
+            p.position = if self.planner.backwards { first } else { end };
+        }
+        drop(p);
+        self.progress_changed.notify_all();
+        moved?;
+        self.propagate_failures()?;
+        Ok(ReshapeStep::Moved { first, end })
+    }
+
+    /// Copies array sectors `[first, end)` from the old shape to the new one. What lies
+    /// beyond the old shape's end (a grow's new space) is written as zeros, as md does.
+    fn move_window(&self, first: u64, end: u64) -> Result<(), EngineError> {
+        let mut buf = vec![0u8; ((end - first) * SECTOR_BYTES) as usize];
+        let old_end = end.min(self.old.geometry().array_sectors());
+        if old_end > first {
+            self.old.read(first * SECTOR_BYTES, &mut buf[..((old_end - first) * SECTOR_BYTES) as usize])?;
+        }
+        self.new.write(first * SECTOR_BYTES, &buf)
+    }
+
+    /// Everything is in the new shape: each member gets a plain superblock of it.
+    fn finish(&self) -> Result<(), EngineError> {
+        let mut events = self.superblock_writes.lock().unwrap_or_else(|p| p.into_inner());
+        self.flush()?;
+        let resync_offset = if self.opened_clean { MAX_SECTOR } else { 0 };
+        let state = self.state.clone();
+        let sizes: Vec<(u32, u64)> = {
+            let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            slots.iter().map(|s| (s.sb.dev_number, s.member.size_bytes() / SECTOR_BYTES)).collect()
+        };
+        self.write_superblocks(&mut events, |sb| {
+            let dev_sectors = sizes.iter().find(|(n, _)| *n == sb.dev_number).map_or(0, |(_, s)| *s);
+            let marked = sb.resync_offset_sectors;
+            *sb = state.side_superblock(sb, Side::New, dev_sectors);
+            // A reshape begun clean whose writes were marked active: the mark stays
+            // until the clean mark at close, as for any array.
+            sb.resync_offset_sectors = if marked == 0 { 0 } else { resync_offset };
+        })?;
+        let mut p = self.lock_progress();
+        p.finished = true;
+        p.checkpoint = p.position;
+        self.size_bytes.store(self.new.size_bytes(), Ordering::Release);
+        Ok(())
+    }
+
+    /// Runs the reshape to its end (or until `stop` says so, or an error), reporting after
+    /// each window.
+    pub fn run(&self, stop: &dyn Fn() -> bool, mut report: impl FnMut(ReshapeStep)) -> Result<ReshapeStep, EngineError> {
+        loop {
+            if stop() {
+                self.checkpoint()?;
+                return Ok(ReshapeStep::Moved { first: 0, end: 0 });
+            }
+            let step = self.step()?;
+            report(step);
+            if step == ReshapeStep::Finished {
+                return Ok(step);
+            }
+        }
+    }
+
+    /// Members a side failed are failed on the other side too, and recorded faulty in
+    /// the superblocks.
+    fn propagate_failures(&self) -> Result<(), EngineError> {
+        let faulty =
+            |a: &Array| -> Vec<u32> { a.devices().into_iter().filter(|d| d.state == DeviceState::Faulty).map(|d| d.dev_number).collect() };
+        let mut newly = Vec::new();
+        {
+            let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            for n in faulty(&self.old).into_iter().chain(faulty(&self.new)) {
+                if let Some(slot) = slots.iter_mut().find(|s| s.sb.dev_number == n && !s.failed) {
+                    slot.failed = true;
+                    newly.push(n);
+                }
+            }
+        }
+        if newly.is_empty() {
+            return Ok(());
+        }
+        for side in [&self.old, &self.new] {
+            for d in side.devices() {
+                if newly.contains(&d.dev_number) && d.state != DeviceState::Faulty {
+                    if let DeviceState::InSync(role) = d.state {
+                        side.fail_role(role)?;
+                    }
+                }
+            }
+        }
+        let mut events = self.superblock_writes.lock().unwrap_or_else(|p| p.into_inner());
+        self.write_superblocks(&mut events, |_| {})
+    }
+
+    /// Stops using the array: everything flushed, the position recorded, and the array
+    /// marked clean when it was opened clean.
+    pub fn close(&self) -> Result<(), EngineError> {
+        if !self.writable {
+            return Ok(());
+        }
+        self.flush()?;
+        self.checkpoint()?;
+        if self.lock_progress().marked_active && self.opened_clean {
+            let mut events = self.superblock_writes.lock().unwrap_or_else(|p| p.into_inner());
+            self.write_superblocks(&mut events, |sb| sb.resync_offset_sectors = MAX_SECTOR)?;
+        }
+        Ok(())
+    }
+}
+
+/// A request in progress (see [`ReshapingArray::enter`]).
+struct InFlight<'a> {
+    array: &'a ReshapingArray,
+    range: (u64, u64),
+    position: u64,
+    checkpoint: u64,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let mut p = self.array.lock_progress();
+        if let Some(i) = p.in_flight.iter().position(|r| *r == self.range) {
+            p.in_flight.swap_remove(i);
+        }
+        drop(p);
+        self.array.progress_changed.notify_all();
+    }
+}
