@@ -112,16 +112,31 @@ impl ReshapeState {
         if side == Side::New && self.new_offset_sectors != 0 {
             let offset = (sb.data_offset_sectors as i64 + self.new_offset_sectors).max(0) as u64;
             out.data_offset_sectors = offset;
-            // 1.1/1.2 keep data to the device end; 1.0 keeps its superblock after the data.
-            if sb.super_offset_sectors < sb.data_offset_sectors {
-                out.data_size_sectors = dev_size_sectors.saturating_sub(offset);
-            }
+            // md_finish_reshape: the data area keeps its end, so it grows by what the
+            // offset moved down (or shrinks by what it moved up).
+            out.data_size_sectors = (sb.data_size_sectors as i64 - self.new_offset_sectors).clamp(0, dev_size_sectors as i64) as u64;
         }
         for role in out.dev_roles.iter_mut() {
             if *role < 0xff00 && u32::from(*role) >= shape.raid_disks {
                 *role = 0xffff;
             }
         }
+        out.sb_csum = out.compute_checksum();
+        out
+    }
+
+    /// The superblock md leaves on a member once the reshape is done: [`Self::side_superblock`]
+    /// of the new shape, except that md never clears the reshape fields (`super_1_sync`
+    /// writes them only while a reshape runs, so the last values stay in the bytes; only
+    /// the feature bits say they no longer count).
+    pub fn final_superblock(&self, sb: &Superblock1, dev_size_sectors: u64) -> Superblock1 {
+        let mut out = self.side_superblock(sb, Side::New, dev_size_sectors);
+        out.reshape_position_sectors = sb.reshape_position_sectors;
+        out.delta_disks = sb.delta_disks;
+        out.new_level = sb.new_level;
+        out.new_layout = sb.new_layout;
+        out.new_chunk_sectors = sb.new_chunk_sectors;
+        out.new_offset_sectors = sb.new_offset_sectors;
         out.sb_csum = out.compute_checksum();
         out
     }
@@ -189,7 +204,7 @@ mod tests {
         assert!(!old.feature_map.contains(FeatureMap::RESHAPE_ACTIVE));
         assert_eq!(old.compute_checksum(), old.sb_csum);
         let new = st.side_superblock(&sb, Side::New, 40960);
-        assert_eq!((new.raid_disks, new.data_offset_sectors, new.data_size_sectors), (4, 1664, 40960 - 1664));
+        assert_eq!((new.raid_disks, new.data_offset_sectors, new.data_size_sectors), (4, 1664, 30720 + 384), "the data area keeps its end");
         assert_eq!(new.dev_roles, vec![0, 1, 2, 3]);
         assert_eq!(new.compute_checksum(), new.sb_csum);
         let mut plain = sb.clone();

@@ -478,7 +478,7 @@ impl ReshapingArray {
         self.write_superblocks(&mut events, |sb| {
             let dev_sectors = sizes.iter().find(|(n, _)| *n == sb.dev_number).map_or(0, |(_, s)| *s);
             let marked = sb.resync_offset_sectors;
-            *sb = state.side_superblock(sb, Side::New, dev_sectors);
+            *sb = state.final_superblock(sb, dev_sectors);
             // A reshape begun clean whose writes were marked active: the mark stays
             // until the clean mark at close, as for any array.
             sb.resync_offset_sectors = if marked == 0 { 0 } else { resync_offset };
