@@ -1,5 +1,5 @@
-//! `uraid grow DEV... --continue`: continue (or, with a new shape, start) a reshape on an
-//! array's members, offline, with md's on-disk protocol, so md can take over at any
+//! `uraid grow DEV... --raid-devices N | --chunk C | --layout L`, or `--continue`: start or
+//! continue a reshape on an array's members, offline, with md's on-disk protocol, so md can take over at any
 //! point.
 
 use crate::util::{open_members, IoOpt, Progress};
@@ -9,6 +9,8 @@ use serde::Serialize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use uraid_core::assemble::AssembleOptions;
+use uraid_core::geometry::Level;
+use uraid_core::metadata::grow::GrowRequest;
 use uraid_engine::reshape::{ReshapeStep, ReshapingArray};
 use uraid_engine::ArrayOptions;
 
@@ -18,10 +20,22 @@ pub struct GrowArgs {
     #[arg(required = true)]
     devices: Vec<PathBuf>,
     /// Continue the reshape the superblocks record (mdadm --grow --continue).
-    #[arg(long = "continue")]
+    #[arg(long = "continue", conflicts_with_all = ["raid_devices", "chunk", "layout"])]
     continue_reshape: bool,
-    /// Stop once the reshape reaches this array sector and record it there, like md's
-    /// sysfs `sync_max` (the array stays mid-reshape; md or uraid can continue it).
+    /// New member count (mdadm -n/--raid-devices); the added members are taken from the
+    /// array's spares, so add them first (uraid add), as with mdadm.
+    #[arg(long, short = 'n')]
+    raid_devices: Option<u32>,
+    /// New chunk size, e.g. 512K (mdadm -c/--chunk).
+    #[arg(long, short = 'c')]
+    chunk: Option<String>,
+    /// New layout, by mdadm's name (mdadm --layout), e.g. left-asymmetric.
+    #[arg(long)]
+    layout: Option<String>,
+    /// Stop once this many array sectors are in the new shape and record the position
+    /// there, like md's sysfs `sync_max` (the array stays mid-reshape; md or uraid can
+    /// continue it). Counted from where the reshape starts: the array's start, or its end
+    /// for one that runs backwards.
     #[arg(long, value_name = "SECTORS")]
     sync_max: Option<u64>,
     /// Like mdadm --force (dirty degraded arrays, stale members).
@@ -50,30 +64,43 @@ struct GrowResult {
     mib_per_s: f64,
 }
 
-pub fn run(a: GrowArgs) -> Result<ExitCode> {
-    if !a.continue_reshape {
-        bail!("say --continue to continue the reshape recorded on the devices");
+/// The change asked for, or `None` for --continue.
+fn request(a: &GrowArgs, level: Level) -> Result<Option<GrowRequest>> {
+    if a.continue_reshape {
+        return Ok(None);
     }
+    if a.raid_devices.is_none() && a.chunk.is_none() && a.layout.is_none() {
+        bail!("say what to change (--raid-devices, --chunk, --layout), or --continue a reshape in progress");
+    }
+    let chunk_sectors = match &a.chunk {
+        None => None,
+        Some(c) => {
+            let bytes = crate::util::parse_size(c).map_err(|e| anyhow::anyhow!("--chunk {c}: {e}"))?;
+            Some(u32::try_from(bytes / 512).map_err(|_| anyhow::anyhow!("--chunk {c}: too large"))?)
+        }
+    };
+    let layout = a.layout.as_deref().map(|l| crate::cmd::create::parse_layout(level, l)).transpose()?;
+    Ok(Some(GrowRequest { raid_disks: a.raid_devices, layout, chunk_sectors }))
+}
+
+pub fn run(a: GrowArgs) -> Result<ExitCode> {
     let members = open_members(&a.devices, true, a.io.mode())?;
     let opts =
         ArrayOptions { assemble: AssembleOptions { array_uuid: None, force: a.force, run: a.run }, writable: true, ..Default::default() };
-    let array = ReshapingArray::open(members, &opts)?;
+    let level = match uraid_engine::scan::probe(members[0].as_ref()).best() {
+        Some((_, sb)) => Level::from_md(sb.level().raw()).map_err(|e| anyhow::anyhow!("{e}"))?,
+        None => bail!("{}: no md superblock found", members[0].label()),
+    };
+    let array = match request(&a, level)? {
+        None => ReshapingArray::open(members, &opts)?,
+        Some(req) => ReshapingArray::start(members, &opts, &req)?,
+    };
     let quiet = a.quiet || a.json;
     let total = array.total_sectors();
     let start = array.moved_sectors();
     let progress = Progress::new("reshape", total, quiet);
     let started = std::time::Instant::now();
-    let parked = |array: &ReshapingArray| match a.sync_max {
-        None => false,
-        Some(max) => {
-            let p = array.position_sectors();
-            if array.state().backwards {
-                p <= max
-            } else {
-                p >= max
-            }
-        }
-    };
+    let parked = |array: &ReshapingArray| a.sync_max.is_some_and(|max| array.moved_sectors() >= max);
     let step = array.run(&|| parked(&array), |_| progress.set(array.moved_sectors()))?;
     let took = progress.finish();
     array.close()?;

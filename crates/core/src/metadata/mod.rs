@@ -15,6 +15,7 @@ pub mod badblocks;
 pub mod bitmap;
 pub mod check;
 pub mod create;
+pub mod grow;
 pub mod reshape;
 pub mod sb090;
 pub mod sb1;

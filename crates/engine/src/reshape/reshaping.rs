@@ -28,6 +28,7 @@ use crate::scan::probe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use uraid_core::geometry::{Level, SECTOR_BYTES};
+use uraid_core::metadata::grow::{plan_grow, GrowRequest, Room};
 use uraid_core::metadata::reshape::{ReshapeState, Side};
 use uraid_core::metadata::{FeatureMap, Superblock, Superblock1, MAX_SECTOR};
 use uraid_core::reshape_window::{StripedShape, Window, WindowPlanner};
@@ -125,6 +126,60 @@ fn read_superblocks(devices: &[Arc<dyn Member>]) -> Result<Vec<(u64, Superblock1
 }
 
 impl ReshapingArray {
+    /// Starts reshape `req` on the array whose members and spares are `devices`: checks
+    /// it as md would, records the start in every superblock (md's fields, so md can take
+    /// over from here), and opens it. Nothing is written when it is refused.
+    pub fn start(devices: Vec<Arc<dyn Member>>, opts: &ArrayOptions, req: &GrowRequest) -> Result<ReshapingArray, EngineError> {
+        let (array, report) = Array::assemble(devices.clone(), &ArrayOptions { writable: false, ..*opts })?;
+        if report.needs_resync {
+            return Err(EngineError::Refused(
+                "the array was not shut down cleanly: let its resync finish (uraid serve) before reshaping".into(),
+            ));
+        }
+        if !report.degraded_roles.is_empty() {
+            return Err(EngineError::Unsupported(format!(
+                "the array is degraded (roles {:?} missing): rebuild it before reshaping",
+                report.degraded_roles
+            )));
+        }
+        let infos = array.devices();
+        if infos.len() != devices.len() {
+            return Err(EngineError::Refused(format!(
+                "only {} of the {} devices given belong to the array; give its members and spares only",
+                infos.len(),
+                devices.len()
+            )));
+        }
+        let spares: Vec<u32> = infos.iter().filter(|d| d.state == DeviceState::Spare).map(|d| d.dev_number).collect();
+        drop(array);
+        let found = read_superblocks(&devices)?;
+        let newest = found.iter().max_by_key(|(_, sb)| sb.events).map(|(_, sb)| sb.clone()).expect("assembled");
+        if newest.feature_map.contains(FeatureMap::BITMAP_OFFSET) {
+            return Err(EngineError::Unsupported(
+                "uraid does not reshape an array with a write-intent bitmap yet (md does); grow it with mdadm".into(),
+            ));
+        }
+        let room = found.iter().map(|(_, sb)| Room::of(sb, None)).reduce(Room::min).expect("assembled");
+        let plan = plan_grow(&newest, req, &spares, room).map_err(|e| EngineError::Invalid(e.to_string()))?;
+        let now = crate::array::now_seconds();
+        let mut errors = Vec::new();
+        for (dev, (at, own)) in devices.iter().zip(&found) {
+            let mut sb = own.clone();
+            sb.dev_roles = newest.dev_roles.clone();
+            plan.apply(&mut sb);
+            sb.events = newest.events + 1;
+            sb.utime = uraid_core::metadata::sb1::MdTime::from_parts(now, 0);
+            sb.sb_csum = sb.compute_checksum();
+            if let Err(e) = dev.write_at(&superblock_bytes_of(&Superblock::V1(sb)), *at).and_then(|_| dev.flush()) {
+                errors.push(format!("{}: {e}", dev.label()));
+            }
+        }
+        if !errors.is_empty() {
+            return Err(EngineError::Failed(format!("cannot record the reshape's start: {}", errors.join("; "))));
+        }
+        ReshapingArray::open(devices, opts)
+    }
+
     /// Opens the reshape recorded on `devices`. Writable (`opts.writable`), it can continue
     /// the reshape and take writes; read-only, it never writes.
     pub fn open(devices: Vec<Arc<dyn Member>>, opts: &ArrayOptions) -> Result<ReshapingArray, EngineError> {

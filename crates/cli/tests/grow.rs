@@ -1,0 +1,138 @@
+//! `uraid grow`: reshapes started and continued offline keep the array's content through
+//! every change (and through a stop half-way), and every refusal leaves the members as they
+//! were. Real md's view of the same reshapes is checked by scripts/interop (grow-* cases).
+
+use sha2::{Digest, Sha256};
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+use uraid_testkit::process::{describe, run_limited_in};
+
+const BIN: &str = env!("CARGO_BIN_EXE_uraid");
+/// A hang guard, never a speed limit.
+const HANG: Duration = Duration::from_secs(300);
+
+fn run(dir: &Path, args: &[&str]) -> Output {
+    run_limited_in(BIN, args, &[("URAID_RUN_DIR", &dir.join("run"))], Some(dir), HANG)
+}
+
+fn ok(dir: &Path, args: &[&str]) -> Output {
+    let out = run(dir, args);
+    assert!(out.status.success(), "{}", describe("uraid", args, &out));
+    out
+}
+
+fn with_devs<'a>(args: &[&'a str], devs: &'a [String]) -> Vec<&'a str> {
+    args.iter().copied().chain(devs.iter().map(String::as_str)).collect()
+}
+
+/// Creates an array of `level` with `n` members and one spare, `extra` create options, and
+/// fills it with seeded bytes; returns the device names and the content.
+fn filled(dir: &Path, level: &str, n: usize, extra: &[&str]) -> (Vec<String>, Vec<u8>) {
+    let devs: Vec<String> = (0..=n).map(|i| format!("d{i}")).collect();
+    let n_text = n.to_string();
+    let mut args = vec!["create", "-f", "-l", level, "-n", &n_text, "-x", "1", "--size", "12M"];
+    if level != "1" {
+        args.extend_from_slice(&["-c", "64K"]);
+    }
+    args.extend_from_slice(extra);
+    ok(dir, &with_devs(&args, &devs));
+    let size = ok(dir, &with_devs(&["read"], &devs)).stdout.len();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let content: Vec<u8> = (0..size)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let path = dir.join("content");
+    std::fs::write(&path, &content).unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(with_devs(&["write", "-q"], &devs))
+        .current_dir(dir)
+        .stdin(std::fs::File::open(&path).unwrap())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    (devs, content)
+}
+
+fn read_prefix(dir: &Path, devs: &[String], len: usize) -> Vec<u8> {
+    let out = ok(dir, &with_devs(&["read"], devs));
+    assert!(out.stdout.len() >= len, "the array shrank: {} < {len}", out.stdout.len());
+    out.stdout[..len].to_vec()
+}
+
+fn sums(dir: &Path, devs: &[String]) -> Vec<String> {
+    devs.iter().map(|d| format!("{:x}", Sha256::digest(std::fs::read(dir.join(d)).unwrap()))).collect()
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+#[test]
+fn every_change_keeps_the_content_even_when_stopped_half_way() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (devs, content) = filled(dir, "5", 3, &[]);
+    let before = ok(dir, &with_devs(&["read"], &devs)).stdout.len();
+    // 3 -> 4 members, stopped a third of the way and recorded there, then continued.
+    let parked = json(&ok(dir, &with_devs(&["grow", "--json", "-n", "4", "--sync-max", "20000"], &devs)));
+    assert_eq!(parked["finished"], false, "{parked}");
+    assert!(parked["position_sectors"].as_u64().unwrap() >= 20000, "{parked}");
+    assert_eq!(read_prefix(dir, &devs, content.len()), content, "content while parked mid-reshape");
+    let out = run(dir, &with_devs(&["grow", "-n", "5"], &devs));
+    assert!(!out.status.success(), "a second reshape must wait for the first: {}", describe("uraid", &[], &out));
+    let done = json(&ok(dir, &with_devs(&["grow", "--json", "--continue"], &devs)));
+    assert_eq!(done["finished"], true, "{done}");
+    let after = ok(dir, &with_devs(&["read"], &devs)).stdout;
+    assert_eq!(after.len(), before / 2 * 3, "RAID5 3 -> 4: three data members instead of two");
+    assert_eq!(&after[..content.len()], &content[..], "content after the grow");
+    assert!(after[content.len()..].iter().all(|&b| b == 0), "the new space reads as zeros (md's rule)");
+    // A chunk change, then a layout change, on the grown array.
+    ok(dir, &with_devs(&["grow", "-q", "--chunk", "256K"], &devs));
+    assert_eq!(read_prefix(dir, &devs, content.len()), content, "content after the chunk change");
+    ok(dir, &with_devs(&["grow", "-q", "--layout", "right-asymmetric"], &devs));
+    assert_eq!(read_prefix(dir, &devs, content.len()), content, "content after the layout change");
+    let ex = json(&ok(dir, &with_devs(&["examine", "--json"], &devs)));
+    assert_eq!(ex[0]["chunk_size_kib"], 256, "{ex}");
+    assert_eq!(ex[0]["layout"], "right-asymmetric", "{ex}");
+}
+
+#[test]
+fn refusals_say_what_would_work_and_change_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (devs, _) = filled(dir, "6", 4, &[]);
+    let cases: [(&[&str], &str); 5] = [
+        (&["grow", "-n", "6"], "add them first"),
+        (&["grow", "-n", "4"], "nothing to change"),
+        (&["grow", "-n", "3"], "shrink"),
+        (&["grow", "--chunk", "96K"], "power of two"),
+        (&["grow"], "say what to change"),
+    ];
+    for (args, needle) in cases {
+        let before = sums(dir, &devs);
+        let out = run(dir, &with_devs(args, &devs));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(needle), "{args:?}: want {needle:?}: {}", describe("uraid", args, &out));
+        assert_eq!(sums(dir, &devs), before, "{args:?} changed a member");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (devs, _) = filled(dir, "1", 2, &[]);
+    let before = sums(dir, &devs);
+    let out = run(dir, &with_devs(&["grow", "-n", "3"], &devs));
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("RAID5"), "{}", describe("uraid", &[], &out));
+    assert_eq!(sums(dir, &devs), before);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (devs, _) = filled(dir, "5", 3, &["--bitmap", "internal"]);
+    let before = sums(dir, &devs);
+    let out = run(dir, &with_devs(&["grow", "-n", "4"], &devs));
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("bitmap"), "{}", describe("uraid", &[], &out));
+    assert_eq!(sums(dir, &devs), before);
+}

@@ -1,0 +1,281 @@
+//! Starting a reshape (`uraid grow`): which changes are made, where the new shape's data
+//! goes, and the superblock fields that record the start, as md and mdadm do it. Pure.
+//!
+//! mdadm (Grow.c `analyse_change`, `set_new_data_offset`) moves the data offset instead of
+//! writing a backup file: by `min = backup_blocks / old data disks`, where `backup_blocks`
+//! is the lcm of the two stripe widths (`compute_backup_blocks`). More data disks: the
+//! offset moves down and the reshape runs forwards. The same number of data disks (a chunk
+//! or layout change): down when there is room before the data, else up, running backwards.
+//! The kernel then records the reshape (`raid5_start_reshape`, `super_1_sync`): the NEW
+//! member count in `raid_disks`, the old level/layout/chunk where they were and the new ones
+//! in `new_*`, `delta_disks`, `reshape_position` 0 (or the end, backwards), and feature bits
+//! RESHAPE_ACTIVE and NEW_OFFSET (plus RESHAPE_BACKWARDS when the member count is unchanged
+//! and the reshape runs backwards).
+
+use super::reshape::{ReshapeState, SideShape};
+use super::{FeatureMap, Superblock1};
+use crate::geometry::Algorithm;
+
+/// What to change (mdadm --grow's options); `None` keeps the current value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GrowRequest {
+    pub raid_disks: Option<u32>,
+    pub layout: Option<u32>,
+    pub chunk_sectors: Option<u32>,
+}
+
+/// Free sectors around the data area, the smallest over every member and spare (mdadm's
+/// `space_before`/`space_after`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Room {
+    pub before_sectors: u64,
+    pub after_sectors: u64,
+}
+
+impl Room {
+    /// The room on one device: before the data, what the superblock, bad-block log and
+    /// bitmap leave free (mdadm's `getinfo_super1`: at least 72 sectors after a 1.x
+    /// superblock); after it, what the data area holds beyond the used size.
+    pub fn of(sb: &Superblock1, bitmap_end_sectors: Option<u64>) -> Room {
+        let after_sectors = sb.data_size_sectors.saturating_sub(sb.size_sectors);
+        if sb.super_offset_sectors >= sb.data_offset_sectors {
+            // 1.0: the superblock sits after the data; nothing precedes it.
+            return Room { before_sectors: sb.data_offset_sectors, after_sectors };
+        }
+        let mut earliest = sb.super_offset_sectors + 72;
+        if sb.bblog_size_sectors > 0 {
+            earliest = earliest
+                .max((sb.super_offset_sectors as i64 + i64::from(sb.bblog_offset_sectors)) as u64 + u64::from(sb.bblog_size_sectors));
+        }
+        if let Some(end) = bitmap_end_sectors {
+            earliest = earliest.max(end);
+        }
+        Room { before_sectors: sb.data_offset_sectors.saturating_sub(earliest), after_sectors }
+    }
+
+    pub fn min(self, other: Room) -> Room {
+        Room { before_sectors: self.before_sectors.min(other.before_sectors), after_sectors: self.after_sectors.min(other.after_sectors) }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GrowError {
+    #[error("nothing to change: the array already has that shape")]
+    NothingToChange,
+    #[error("uraid reshapes RAID4, RAID5 and RAID6 (level {0} here); md grows RAID0 by converting it to RAID4 first, which uraid does not do yet")]
+    Level(i32),
+    #[error("removing members (a shrink) is not supported yet; md needs --array-size first and, in practice, a backup file")]
+    Shrink,
+    #[error("a RAID{level} needs at least {min} members")]
+    TooFewMembers { level: i32, min: u32 },
+    #[error("growing to {wanted} members needs {needed} spare(s); the array has {have}: add them first (uraid add), as with mdadm --add before --grow")]
+    NeedSpares { wanted: u32, needed: usize, have: usize },
+    #[error("chunk {0} sectors: a chunk must be a power of two of at least 4 KiB")]
+    Chunk(u32),
+    #[error("the member size ({size} sectors) is not a multiple of the new chunk ({chunk} sectors); md refuses it: make the size a multiple first (--size)")]
+    ChunkDoesNotDivide { size: u64, chunk: u32 },
+    #[error("layout {layout} is not a RAID{level} layout")]
+    Layout { level: i32, layout: u32 },
+    #[error(
+        "no room to move the data: the reshape needs {needed} free sectors {where_} the data on every member, the tightest has \
+         {have}; md would need a backup file (mdadm --backup-file), which uraid does not write"
+    )]
+    NoRoom { needed: u64, have: u64, where_: &'static str },
+}
+
+/// A reshape about to start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrowPlan {
+    pub state: ReshapeState,
+    /// Spares (by `dev_number`) that become members, with their roles.
+    pub new_roles: Vec<(u32, u16)>,
+}
+
+fn parity_disks(level: i32) -> Option<u32> {
+    match level {
+        4 | 5 => Some(1),
+        6 => Some(2),
+        _ => None,
+    }
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// Plans the reshape `req` of the array whose newest superblock is `sb`. `spares`: the
+/// array's spares by `dev_number`, in the order they take new roles; `room`: the tightest
+/// free space around the data over every member and spare.
+pub fn plan_grow(sb: &Superblock1, req: &GrowRequest, spares: &[u32], room: Room) -> Result<GrowPlan, GrowError> {
+    let parity = parity_disks(sb.level).ok_or(GrowError::Level(sb.level))?;
+    let old = SideShape { level: sb.level, layout: sb.layout, chunk_sectors: sb.chunksize_sectors, raid_disks: sb.raid_disks };
+    let new = SideShape {
+        level: sb.level,
+        layout: req.layout.unwrap_or(sb.layout),
+        chunk_sectors: req.chunk_sectors.unwrap_or(sb.chunksize_sectors),
+        raid_disks: req.raid_disks.unwrap_or(sb.raid_disks),
+    };
+    if new == old {
+        return Err(GrowError::NothingToChange);
+    }
+    if new.raid_disks < old.raid_disks {
+        return Err(GrowError::Shrink);
+    }
+    let min = parity + 2;
+    if new.raid_disks < min {
+        return Err(GrowError::TooFewMembers { level: sb.level, min });
+    }
+    let needed = (new.raid_disks - old.raid_disks) as usize;
+    if spares.len() < needed {
+        return Err(GrowError::NeedSpares { wanted: new.raid_disks, needed, have: spares.len() });
+    }
+    if !new.chunk_sectors.is_power_of_two() || new.chunk_sectors < 8 {
+        return Err(GrowError::Chunk(new.chunk_sectors));
+    }
+    if !sb.size_sectors.is_multiple_of(u64::from(new.chunk_sectors)) {
+        return Err(GrowError::ChunkDoesNotDivide { size: sb.size_sectors, chunk: new.chunk_sectors });
+    }
+    // RAID4 has one layout (parity on the last member), whatever number md recorded (0).
+    let layout_ok = match Algorithm::from_md(new.layout) {
+        _ if sb.level == 4 => new.layout == old.layout || new.layout == Algorithm::ParityLast.to_md(),
+        Some(_) if sb.level == 6 => true,
+        Some(a) => a.valid_for_raid5(),
+        None => false,
+    };
+    if !layout_ok {
+        return Err(GrowError::Layout { level: sb.level, layout: new.layout });
+    }
+    let (old_dd, new_dd) = (u64::from(old.raid_disks - parity), u64::from(new.raid_disks - parity));
+    let (ow, nw) = (old_dd * u64::from(old.chunk_sectors), new_dd * u64::from(new.chunk_sectors));
+    let backup_blocks = ow / gcd(ow, nw) * nw;
+    let move_by = backup_blocks / old_dd;
+    let backwards = if new_dd > old_dd || room.before_sectors >= move_by {
+        if room.before_sectors < move_by {
+            return Err(GrowError::NoRoom { needed: move_by, have: room.before_sectors, where_: "before" });
+        }
+        false
+    } else if room.after_sectors >= move_by {
+        true
+    } else {
+        return Err(GrowError::NoRoom { needed: move_by, have: room.before_sectors.max(room.after_sectors), where_: "before or after" });
+    };
+    let new_offset_sectors = if backwards { move_by as i64 } else { -(move_by as i64) };
+    let position_sectors = if backwards { new_dd * sb.size_sectors } else { 0 };
+    let new_roles = spares.iter().take(needed).zip(old.raid_disks..).map(|(&dev, role)| (dev, role as u16)).collect();
+    Ok(GrowPlan { state: ReshapeState { position_sectors, backwards, old, new, new_offset_sectors }, new_roles })
+}
+
+impl GrowPlan {
+    /// Records the reshape's start on a member's (or spare's) superblock, as md's
+    /// `super_1_sync` writes it; the checksum is the caller's to update with the events.
+    pub fn apply(&self, sb: &mut Superblock1) {
+        let st = &self.state;
+        sb.feature_map.0 |= FeatureMap::RESHAPE_ACTIVE | FeatureMap::NEW_OFFSET;
+        if st.backwards && st.old.raid_disks == st.new.raid_disks {
+            sb.feature_map.0 |= FeatureMap::RESHAPE_BACKWARDS;
+        }
+        sb.reshape_position_sectors = st.position_sectors;
+        sb.raid_disks = st.new.raid_disks;
+        sb.delta_disks = st.new.raid_disks as i32 - st.old.raid_disks as i32;
+        sb.new_level = st.new.level;
+        sb.new_layout = st.new.layout;
+        sb.new_chunk_sectors = st.new.chunk_sectors;
+        sb.new_offset_sectors = st.new_offset_sectors as i32;
+        for &(dev, role) in &self.new_roles {
+            if sb.dev_roles.len() <= dev as usize {
+                sb.dev_roles.resize(dev as usize + 1, 0xffff);
+            }
+            sb.dev_roles[dev as usize] = role;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::reshape::Side;
+
+    fn raid5_3() -> Superblock1 {
+        let mut sb = crate::metadata::sb1::tests::sample();
+        sb.feature_map.0 = 0;
+        sb.raid_disks = 3;
+        sb.dev_roles = vec![0, 1, 2, 0xffff];
+        sb
+    }
+
+    const ROOM: Room = Room { before_sectors: 1968, after_sectors: 0 };
+
+    #[test]
+    fn growing_3_to_4_moves_the_data_down_as_mdadm_does() {
+        let sb = raid5_3();
+        let plan = plan_grow(&sb, &GrowRequest { raid_disks: Some(4), ..Default::default() }, &[3], ROOM).unwrap();
+        assert_eq!((plan.state.new_offset_sectors, plan.state.backwards, plan.state.position_sectors), (-384, false, 0));
+        assert_eq!(plan.new_roles, vec![(3, 3)]);
+        let mut rec = sb.clone();
+        plan.apply(&mut rec);
+        rec.sb_csum = rec.compute_checksum();
+        assert_eq!(rec.feature_map.0, 0x44, "md's feature map for this grow (the corpus array's)");
+        assert_eq!((rec.raid_disks, rec.delta_disks, rec.new_offset_sectors), (4, 1, -384));
+        // What is recorded reads back as the reshape planned.
+        assert_eq!(ReshapeState::from_superblock(&rec).unwrap(), plan.state);
+        assert_eq!(plan.state.side_superblock(&rec, Side::New, 40960).data_offset_sectors, 1664);
+        // RAID6 4 -> 5 moves by the same amount (2 -> 3 data disks).
+        let mut r6 = sb.clone();
+        r6.level = 6;
+        r6.raid_disks = 4;
+        let plan = plan_grow(&r6, &GrowRequest { raid_disks: Some(5), ..Default::default() }, &[3], ROOM).unwrap();
+        assert_eq!(plan.state.new_offset_sectors, -384);
+    }
+
+    #[test]
+    fn a_chunk_change_moves_by_the_lcm_over_the_data_disks_and_runs_backwards_without_room_before() {
+        let sb = raid5_3();
+        let req = GrowRequest { chunk_sectors: Some(1024), ..Default::default() };
+        let plan = plan_grow(&sb, &req, &[], ROOM).unwrap();
+        assert_eq!((plan.state.new_offset_sectors, plan.state.backwards), (-1024, false));
+        let plan = plan_grow(&sb, &req, &[], Room { before_sectors: 0, after_sectors: 4096 }).unwrap();
+        assert_eq!((plan.state.new_offset_sectors, plan.state.backwards, plan.state.position_sectors), (1024, true, 2 * 30720));
+        let mut rec = sb.clone();
+        plan.apply(&mut rec);
+        assert_eq!(rec.feature_map.0, 0x64, "backwards, recorded by the flag when the member count stays");
+        assert!(ReshapeState::from_superblock(&rec).unwrap().backwards);
+    }
+
+    #[test]
+    fn refusals_say_what_would_work() {
+        let sb = raid5_3();
+        let grow = |req: GrowRequest, spares: &[u32], room: Room| plan_grow(&sb, &req, spares, room);
+        let to = |n| GrowRequest { raid_disks: Some(n), ..Default::default() };
+        assert_eq!(grow(to(3), &[], ROOM), Err(GrowError::NothingToChange));
+        assert_eq!(grow(to(5), &[3], ROOM), Err(GrowError::NeedSpares { wanted: 5, needed: 2, have: 1 }));
+        assert_eq!(grow(to(2), &[], ROOM), Err(GrowError::Shrink));
+        assert!(matches!(grow(to(4), &[3], Room { before_sectors: 100, after_sectors: 9999 }), Err(GrowError::NoRoom { needed: 384, .. })));
+        assert_eq!(grow(GrowRequest { chunk_sectors: Some(96), ..Default::default() }, &[], ROOM), Err(GrowError::Chunk(96)));
+        assert_eq!(
+            grow(GrowRequest { chunk_sectors: Some(1 << 16), ..Default::default() }, &[], ROOM),
+            Err(GrowError::ChunkDoesNotDivide { size: 30720, chunk: 1 << 16 })
+        );
+        assert_eq!(
+            grow(GrowRequest { layout: Some(16), ..Default::default() }, &[], ROOM),
+            Err(GrowError::Layout { level: 5, layout: 16 })
+        );
+        let mut r0 = sb.clone();
+        r0.level = 0;
+        assert_eq!(plan_grow(&r0, &to(4), &[3], ROOM), Err(GrowError::Level(0)));
+    }
+
+    #[test]
+    fn room_counts_the_superblock_log_and_bitmap() {
+        let mut sb = raid5_3();
+        sb.data_size_sectors = 31104;
+        assert_eq!(Room::of(&sb, None), Room { before_sectors: 2048 - 80, after_sectors: 384 });
+        assert_eq!(Room::of(&sb, Some(8 + 8 + 200)).before_sectors, 2048 - 216);
+        sb.super_offset_sectors = 40000;
+        sb.data_offset_sectors = 0;
+        assert_eq!(Room::of(&sb, None).before_sectors, 0);
+    }
+}
