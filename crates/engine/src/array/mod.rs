@@ -358,6 +358,20 @@ impl Array {
             if sb.feature_map.contains(uraid_core::metadata::FeatureMap::RESHAPE_ACTIVE) {
                 return Err(EngineError::ReshapeInProgress { position_sectors: sb.reshape_position_sectors });
             }
+            let (newest_events, uuid) = (sb.events, sb.set_uuid);
+            // The newest superblock says the reshape is over; a member one event behind
+            // that still records it (a crash while the final superblocks went out, each
+            // member having recorded the reshape complete first) holds its data in the
+            // new shape: read it as its final superblock says.
+            for c in candidates.iter_mut() {
+                if let Superblock::V1(own) = &c.superblock {
+                    if own.set_uuid == uuid && own.events + 1 >= newest_events {
+                        if let Ok(state) = uraid_core::metadata::reshape::ReshapeState::from_superblock(own) {
+                            c.superblock = Superblock::V1(state.final_superblock(own, c.device_size_bytes / SECTOR_BYTES));
+                        }
+                    }
+                }
+            }
         }
         let assembly = assemble(&candidates, &opts.assemble);
         let plan = match (&assembly.decision, assembly.plan) {

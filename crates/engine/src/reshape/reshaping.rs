@@ -125,6 +125,26 @@ fn read_superblocks(devices: &[Arc<dyn Member>]) -> Result<Vec<(u64, Superblock1
     Ok(found)
 }
 
+/// `newest`'s array-wide fields with `own`'s per-device ones.
+fn adopt_array_state(newest: &Superblock1, own: &Superblock1) -> Superblock1 {
+    let mut sb = newest.clone();
+    sb.dev_number = own.dev_number;
+    sb.device_uuid = own.device_uuid;
+    sb.data_offset_sectors = own.data_offset_sectors;
+    sb.data_size_sectors = own.data_size_sectors;
+    sb.super_offset_sectors = own.super_offset_sectors;
+    sb.recovery_offset_raw = own.recovery_offset_raw;
+    sb.devflags = own.devflags;
+    sb.cnt_corrected_read = own.cnt_corrected_read;
+    sb.bblog_shift = own.bblog_shift;
+    sb.bblog_size_sectors = own.bblog_size_sectors;
+    sb.bblog_offset_sectors = own.bblog_offset_sectors;
+    sb.feature_map.0 = (newest.feature_map.0 & !(FeatureMap::BAD_BLOCKS | FeatureMap::RECOVERY_OFFSET))
+        | (own.feature_map.0 & (FeatureMap::BAD_BLOCKS | FeatureMap::RECOVERY_OFFSET));
+    sb.sb_csum = sb.compute_checksum();
+    sb
+}
+
 impl ReshapingArray {
     /// Starts reshape `req` on the array whose members and spares are `devices`: checks
     /// it as md would, records the start in every superblock (md's fields, so md can take
@@ -163,7 +183,12 @@ impl ReshapingArray {
         let plan = plan_grow(&newest, req, &spares, room).map_err(|e| EngineError::Invalid(e.to_string()))?;
         let now = crate::array::now_seconds();
         let mut errors = Vec::new();
-        for (dev, (at, own)) in devices.iter().zip(&found) {
+        // Spares taking a role first, each flushed before the next device: a crash part-way
+        // must never leave the newest superblocks naming a member for a role whose device
+        // still calls itself a spare (assembly would leave it out).
+        let mut order: Vec<usize> = (0..devices.len()).collect();
+        order.sort_by_key(|&i| !plan.new_roles.iter().any(|(dev, _)| *dev == found[i].1.dev_number));
+        for (dev, (at, own)) in order.iter().map(|&i| (&devices[i], &found[i])) {
             let mut sb = own.clone();
             sb.dev_roles = newest.dev_roles.clone();
             plan.apply(&mut sb);
@@ -190,6 +215,10 @@ impl ReshapingArray {
         let current: Vec<usize> = (0..found.len()).filter(|&i| found[i].1.events + 1 >= newest_events).collect();
         let newest = found.iter().max_by_key(|(_, sb)| sb.events).map(|(_, sb)| sb.clone()).expect("not empty");
         let state = ReshapeState::from_superblock(&newest).map_err(|e| EngineError::Unsupported(e.to_string()))?;
+        // The array's state comes from the newest superblock, as md takes it: a device one
+        // event behind (a crash between two members' updates) may still record the shape
+        // before the reshape started, or an older position.
+        let found: Vec<(u64, Superblock1)> = found.into_iter().map(|(at, own)| (at, adopt_array_state(&newest, &own))).collect();
         if opts.writable {
             if let Some(i) = current.iter().find(|&&i| found[i].1.feature_map.contains(FeatureMap::BITMAP_OFFSET)) {
                 return Err(EngineError::Unsupported(format!(
@@ -522,6 +551,10 @@ impl ReshapingArray {
 
     /// Everything is in the new shape: each member gets a plain superblock of it.
     fn finish(&self) -> Result<(), EngineError> {
+        // First every member records the reshape as complete (position at the end), so a
+        // crash while the final superblocks go out leaves members that either say so or
+        // are final: assembly reads the former in the new shape (`Array::assemble`).
+        self.checkpoint()?;
         let mut events = self.superblock_writes.lock().unwrap_or_else(|p| p.into_inner());
         self.flush()?;
         let resync_offset = if self.opened_clean { MAX_SECTOR } else { 0 };
