@@ -41,6 +41,15 @@ pub enum Request {
         start: u64,
         sectors: u64,
     },
+    /// Start a reshape (mdadm --grow): new member count, chunk (sectors), layout (by name).
+    Grow {
+        #[serde(default)]
+        raid_devices: Option<u32>,
+        #[serde(default)]
+        chunk_sectors: Option<u32>,
+        #[serde(default)]
+        layout: Option<String>,
+    },
     Stop,
 }
 

@@ -14,9 +14,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use uraid_core::assemble::AssembleOptions;
+use uraid_core::metadata::grow::GrowRequest;
 use uraid_core::state::SpeedLimits;
 use uraid_engine::array::{CheckReport, JobKind, JobPacer};
-use uraid_engine::{Array, ArrayOptions, DeviceState, FileMember, Member};
+use uraid_engine::reshape::ReshapingArray;
+use uraid_engine::{Array, ArrayOptions, DeviceState, FileMember, LiveArray, Member, Stage, Volume};
 
 #[derive(Args, Clone)]
 pub struct ServeArgs {
@@ -72,14 +74,22 @@ pub struct ServeArgs {
 /// What the job thread is doing, for status replies.
 #[derive(Default)]
 struct JobState {
-    running: Option<(JobKind, u64, u64, Instant, u64)>, // kind, done, total, started, done at start
-    requested_check: Option<bool>,                      // Some(repair)
+    running: Option<(Option<JobKind>, u64, u64, Instant, u64)>, // kind (None: reshape), done, total, started, done at start
+    requested_check: Option<bool>,                              // Some(repair)
     last_check: Option<CheckResult>,
 }
 
+/// A reshape asked for, and where its start's outcome goes.
+type GrowAsked = (GrowRequest, std::sync::mpsc::Sender<Result<(), String>>);
+
 pub struct Served {
-    array: Arc<Array>,
+    live: Arc<LiveArray>,
+    /// How the array was opened (a reshape's start and end assemble with the same).
+    opts: ArrayOptions,
     job: Mutex<JobState>,
+    /// A reshape asked for over the control socket, for the job thread to start (it alone
+    /// changes the array's stage, between jobs), and where to send the outcome.
+    grow: Mutex<Option<GrowAsked>>,
     stop: Arc<AtomicBool>,
     args: ServeArgs,
     pub exports: Mutex<Vec<String>>,
@@ -142,13 +152,30 @@ pub fn assemble_for_serving(args: &ServeArgs) -> Result<Arc<Served>> {
         max_read_errors: args.max_read_errors,
         ..Default::default()
     };
-    let (array, report) = Array::assemble(members, &opts)?;
-    for w in &report.warnings {
-        eprintln!("uraid: warning: {w}");
-    }
-    array.start_recovery_if_possible();
+    let stage = match Array::assemble(members.clone(), &opts) {
+        Ok((array, report)) => {
+            for w in &report.warnings {
+                eprintln!("uraid: warning: {w}");
+            }
+            array.start_recovery_if_possible();
+            Stage::Plain(Arc::new(array))
+        }
+        // A reshape in progress (uraid's or md's): served as it is, and continued.
+        Err(uraid_engine::EngineError::ReshapeInProgress { position_sectors }) => {
+            eprintln!("uraid: the array is in the middle of a reshape (at array sector {position_sectors}); continuing it");
+            Stage::Reshaping(Arc::new(ReshapingArray::open(members, &opts)?))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let name = match &stage {
+        Stage::Plain(a) => a.name().to_string(),
+        Stage::Reshaping(r) => r.new_side().name().to_string(),
+    };
+    let name = args.name.clone().unwrap_or(name);
     Ok(Arc::new(Served {
-        array: Arc::new(array),
+        live: Arc::new(LiveArray::new(stage, name)),
+        opts,
+        grow: Mutex::new(None),
         job: Mutex::new(JobState::default()),
         stop: Arc::new(AtomicBool::new(false)),
         args: args.clone(),
@@ -158,8 +185,24 @@ pub fn assemble_for_serving(args: &ServeArgs) -> Result<Arc<Served>> {
 
 impl Served {
     /// The name clients use for this array.
-    pub fn name(&self) -> &str {
-        self.args.name.as_deref().unwrap_or(self.array.name())
+    pub fn name(&self) -> String {
+        self.live.name()
+    }
+
+    /// The array as it is now; while reshaping, the new shape's side (what the array will
+    /// be: its members, level and size), for status.
+    fn array(&self) -> Arc<Array> {
+        match self.live.stage() {
+            Stage::Plain(a) => a,
+            Stage::Reshaping(r) => r.new_side().clone(),
+        }
+    }
+
+    fn reshaping(&self) -> Option<Arc<ReshapingArray>> {
+        match self.live.stage() {
+            Stage::Plain(_) => None,
+            Stage::Reshaping(r) => Some(r),
+        }
     }
 
     pub fn stop_flag(&self) -> Arc<AtomicBool> {
@@ -167,7 +210,7 @@ impl Served {
     }
 
     pub fn status(&self) -> ArrayStatus {
-        let a = &self.array;
+        let a = &self.array();
         let devices = a
             .devices()
             .into_iter()
@@ -197,6 +240,8 @@ impl Served {
             "failed"
         } else if !missing.is_empty() {
             "degraded"
+        } else if self.reshaping().is_some() {
+            "reshaping"
         } else if a.dirty_and_idle(Duration::ZERO) {
             "active"
         } else {
@@ -207,7 +252,7 @@ impl Served {
             let secs = started.elapsed().as_secs_f64().max(1e-3);
             let speed = (done.saturating_sub(done0)) as f64 * 512.0 / 1024.0 / secs;
             JobStatus {
-                kind: kind.name().into(),
+                kind: kind.map_or("reshape", |k| k.name()).into(),
                 done_sectors: done,
                 total_sectors: total,
                 speed_kib_per_s: speed,
@@ -219,13 +264,13 @@ impl Served {
             None => (0, 0),
         };
         ArrayStatus {
-            name: self.name().to_string(),
+            name: self.name(),
             uuid: a.uuid().to_string(),
             level: a.level().to_string(),
             layout,
             chunk_kib,
             raid_disks: a.geometry().raid_disks(),
-            size_bytes: a.size_bytes(),
+            size_bytes: self.live.size_bytes(),
             events: a.events(),
             state: state.into(),
             missing_roles: missing,
@@ -246,9 +291,9 @@ impl Served {
     fn member_label(&self, device: &str) -> Result<String> {
         let path = std::path::Path::new(device);
         if let Some(id) = uraid_engine::DeviceIdentity::of_path(path).filter(|_| path.is_absolute()) {
-            return self.array.label_of_identity(id).ok_or_else(|| anyhow::anyhow!("{device} is not a member of {}", self.name()));
+            return self.array().label_of_identity(id).ok_or_else(|| anyhow::anyhow!("{device} is not a member of {}", self.name()));
         }
-        let labels: Vec<String> = self.array.devices().into_iter().map(|d| d.label).collect();
+        let labels: Vec<String> = self.array().devices().into_iter().map(|d| d.label).collect();
         if labels.iter().any(|l| l == device) {
             return Ok(device.to_string());
         }
@@ -258,7 +303,7 @@ impl Served {
     /// A device already attached to the array (any spelling) cannot be added again.
     fn refuse_if_member(&self, device: &str) -> Result<()> {
         if let Some(label) =
-            uraid_engine::DeviceIdentity::of_path(std::path::Path::new(device)).and_then(|id| self.array.label_of_identity(id))
+            uraid_engine::DeviceIdentity::of_path(std::path::Path::new(device)).and_then(|id| self.array().label_of_identity(id))
         {
             bail!("{device} is already attached to {} (as {label}); a device can hold only one member", self.name());
         }
@@ -266,11 +311,27 @@ impl Served {
     }
 
     fn handle(&self, req: Request) -> Reply {
-        let a = &self.array;
+        let a = &self.array();
         let mut message = None;
         let result: Result<()> = (|| {
+            if self.reshaping().is_some() && !matches!(req, Request::Status | Request::Stop) {
+                bail!("{} is reshaping; this waits until the reshape is done (uraid status shows its progress)", self.name());
+            }
             match req {
                 Request::Status => {}
+                Request::Grow { raid_devices, chunk_sectors, layout } => {
+                    let layout = layout.as_deref().map(|l| crate::cmd::create::parse_layout(a.level(), l)).transpose()?;
+                    let req = GrowRequest { raid_disks: raid_devices, layout, chunk_sectors };
+                    {
+                        let job = self.job.lock().unwrap_or_else(|e| e.into_inner());
+                        if let Some((kind, ..)) = job.running {
+                            bail!("a {} is running; grow once it is done", kind.map_or("reshape", |k| k.name()));
+                        }
+                    }
+                    let (tx, rx) = std::sync::mpsc::channel();
+                    *self.grow.lock().unwrap_or_else(|e| e.into_inner()) = Some((req, tx));
+                    rx.recv().map_err(|_| anyhow::anyhow!("the array stopped before the reshape started"))?.map_err(anyhow::Error::msg)?;
+                }
                 Request::Fail { device } => a.fail_device_by_label(&self.member_label(&device)?)?,
                 Request::BadBlocks { device, start, sectors } => a.add_bad_blocks(&self.member_label(&device)?, start, sectors)?,
                 Request::Remove { device } => a.remove_device(&self.member_label(&device)?)?,
@@ -327,7 +388,7 @@ impl Served {
                     }
                     let mut job = self.job.lock().unwrap_or_else(|e| e.into_inner());
                     if job.running.is_some() || job.requested_check.is_some() {
-                        bail!("a {} is already running", job.running.map_or("check", |r| r.0.name()));
+                        bail!("a {} is already running", job.running.map_or("check", |r| r.0.map_or("reshape", |k| k.name())));
                     }
                     job.requested_check = Some(repair);
                     job.last_check = None;
@@ -342,14 +403,55 @@ impl Served {
         }
     }
 
+    /// Moves the reshape on, paced by md's speed limits, until it is done (then serves the
+    /// array in its new shape) or the array stops.
+    fn run_reshape(&self, r: &ReshapingArray) {
+        let limits = SpeedLimits { min_kib_s: self.args.speed_min, max_kib_s: self.args.speed_max };
+        let mut pacer = JobPacer::counting(r.foreground_requests(), limits, 4 << 11);
+        let (total, start, done0) = (r.total_sectors(), Instant::now(), r.moved_sectors());
+        while !self.stop.load(Ordering::Acquire) {
+            self.set_running(Some((None, r.moved_sectors(), total, start, done0)));
+            pacer.next_step_counted(r.foreground_requests());
+            let before = r.moved_sectors();
+            match r.step() {
+                Ok(uraid_engine::reshape::ReshapeStep::Finished) => {
+                    self.set_running(None);
+                    match self.live.end_reshape(&self.opts) {
+                        Ok(a) if !self.args.json => {
+                            eprintln!(
+                                "uraid: {}: reshape finished after {:.1} s; {} bytes",
+                                self.name(),
+                                start.elapsed().as_secs_f64(),
+                                a.size_bytes()
+                            )
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            eprintln!("uraid: {}: reshape finished but the array could not be reopened: {e}; stopping", self.name());
+                            self.stop.store(true, Ordering::Release);
+                        }
+                    }
+                    return;
+                }
+                Ok(_) => pacer.pause(r.moved_sectors().saturating_sub(before)),
+                Err(e) => {
+                    eprintln!("uraid: {}: reshape stopped: {e}; stopping (restart to continue it)", self.name());
+                    self.stop.store(true, Ordering::Release);
+                    break;
+                }
+            }
+        }
+        self.set_running(None);
+    }
+
     /// Prints each device failure once, as md logs "Disk failure on sdX" to the kernel log.
-    fn log_new_failures(&self, reported: &mut std::collections::HashSet<String>) {
-        for d in self.array.devices() {
+    fn log_new_failures(&self, array: &Array, reported: &mut std::collections::HashSet<String>) {
+        for d in array.devices() {
             if d.state == DeviceState::Faulty && reported.insert(d.label.clone()) {
                 let why = d.failure.as_deref().unwrap_or("faulty at assembly");
                 // A replaced member leaves the array marked faulty, as in md, but did not fail.
                 let what = if why.starts_with("replaced by") { "left the array" } else { "failed" };
-                eprintln!("uraid: {}: {} {what}: {why}; missing roles now {:?}", self.name(), d.label, self.array.missing_roles());
+                eprintln!("uraid: {}: {} {what}: {why}; missing roles now {:?}", self.name(), d.label, array.missing_roles());
             }
         }
     }
@@ -362,7 +464,8 @@ impl Served {
     /// again, and once its server answers it is taken back in its old role, rebuilt from
     /// the bitmap where it can be. Members failed for anything else stay failed.
     fn re_add_returned_members(&self) {
-        for d in self.array.devices() {
+        let array = self.array();
+        for d in array.devices() {
             if d.state != DeviceState::Faulty || d.failure_kind != Some(uraid_engine::FailureKind::Unreachable) {
                 continue;
             }
@@ -375,11 +478,11 @@ impl Served {
                 continue;
             }
             let Ok(member) = crate::util::open_member(path, true, self.args.io.mode()) else { continue };
-            if let Err(e) = self.array.remove_device(&d.label) {
+            if let Err(e) = array.remove_device(&d.label) {
                 eprintln!("uraid: {}: {} is back but could not be removed to re-add it: {e}", self.name(), d.label);
                 continue;
             }
-            match self.array.re_add_device(member, random_uuid()) {
+            match array.re_add_device(member, random_uuid()) {
                 Ok(done) => eprintln!("uraid: {}: {} is reachable again: {done}", self.name(), d.label),
                 Err(e) => eprintln!("uraid: {}: {} is reachable again but the re-add failed: {e}", self.name(), d.label),
             }
@@ -393,15 +496,28 @@ impl Served {
         let mut reported = std::collections::HashSet::new();
         let mut last_re_add_try = Instant::now();
         while !self.stop.load(Ordering::Acquire) {
-            self.log_new_failures(&mut reported);
+            let asked = self.grow.lock().map(|mut g| g.take()).unwrap_or(None);
+            if let Some((req, reply)) = asked {
+                let started = self.live.begin_reshape(&self.opts, &req).map(|_| ()).map_err(|e| e.to_string());
+                if started.is_ok() && !self.args.json {
+                    eprintln!("uraid: {}: reshape started", self.name());
+                }
+                let _ = reply.send(started);
+            }
+            if let Some(r) = self.reshaping() {
+                self.run_reshape(&r);
+                continue;
+            }
+            let array = self.array();
+            self.log_new_failures(&array, &mut reported);
             let requested = self.job.lock().map(|mut j| j.requested_check.take()).unwrap_or(None);
             let kind = match requested {
                 Some(repair) => Some(if repair { JobKind::Repair } else { JobKind::Check }),
-                None => self.array.pending_job(),
+                None => array.pending_job(),
             };
             let Some(kind) = kind else {
-                if self.array.dirty_and_idle(Duration::from_millis(200)) {
-                    let _ = self.array.mark_clean();
+                if array.dirty_and_idle(Duration::from_millis(200)) {
+                    let _ = array.mark_clean();
                 }
                 if last_re_add_try.elapsed() >= Duration::from_secs(1) {
                     self.re_add_returned_members();
@@ -410,26 +526,26 @@ impl Served {
                 std::thread::sleep(Duration::from_millis(50));
                 continue;
             };
-            let total = self.array.sync_sectors();
+            let total = array.sync_sectors();
             let start = Instant::now();
             let mut report = CheckReport::default();
             let mut pos = match kind {
-                JobKind::Resync => self.array.resync_position().min(total),
+                JobKind::Resync => array.resync_position().min(total),
                 _ => 0,
             };
             let pos0 = pos;
-            self.set_running(Some((kind, pos, total, start, pos0)));
+            self.set_running(Some((Some(kind), pos, total, start, pos0)));
             let mut finished = false;
             let limits = SpeedLimits { min_kib_s: self.args.speed_min, max_kib_s: self.args.speed_max };
-            let mut pacer = JobPacer::new(&self.array, limits, step);
+            let mut pacer = JobPacer::new(&array, limits, step);
             while !self.stop.load(Ordering::Acquire) {
-                let step = pacer.next_step(&self.array);
+                let step = pacer.next_step(&array);
                 let before = pos;
                 let r = match kind {
-                    JobKind::Resync => self.array.resync_step(step),
-                    JobKind::Recovery => self.array.recovery_step(step),
-                    JobKind::Check => self.array.check_step(pos, step, false, &mut report),
-                    JobKind::Repair => self.array.check_step(pos, step, true, &mut report),
+                    JobKind::Resync => array.resync_step(step),
+                    JobKind::Recovery => array.recovery_step(step),
+                    JobKind::Check => array.check_step(pos, step, false, &mut report),
+                    JobKind::Repair => array.check_step(pos, step, true, &mut report),
                 };
                 let p = match r {
                     Ok(p) => p,
@@ -441,12 +557,12 @@ impl Served {
                 pos = p.done_sectors;
                 // md's safe mode runs during a rebuild too: user writes that stopped leave
                 // the array active only for the idle delay, not until the rebuild ends.
-                if self.array.dirty_and_idle(Duration::from_millis(200)) {
-                    let _ = self.array.mark_clean();
+                if array.dirty_and_idle(Duration::from_millis(200)) {
+                    let _ = array.mark_clean();
                 }
-                self.log_new_failures(&mut reported);
-                self.set_running(Some((kind, pos, total, start, pos0)));
-                if p.finished() || (matches!(kind, JobKind::Resync | JobKind::Recovery) && self.array.pending_job() != Some(kind)) {
+                self.log_new_failures(&array, &mut reported);
+                self.set_running(Some((Some(kind), pos, total, start, pos0)));
+                if p.finished() || (matches!(kind, JobKind::Resync | JobKind::Recovery) && array.pending_job() != Some(kind)) {
                     finished = true;
                     break;
                 }
@@ -456,7 +572,7 @@ impl Served {
             if matches!(kind, JobKind::Check | JobKind::Repair) {
                 let mut job = self.job.lock().unwrap_or_else(|e| e.into_inner());
                 let holders: Vec<(usize, String)> = self
-                    .array
+                    .array()
                     .devices()
                     .into_iter()
                     .filter_map(|d| match d.state {
@@ -498,7 +614,7 @@ impl Served {
         }
     }
 
-    fn set_running(&self, r: Option<(JobKind, u64, u64, Instant, u64)>) {
+    fn set_running(&self, r: Option<(Option<JobKind>, u64, u64, Instant, u64)>) {
         if let Ok(mut j) = self.job.lock() {
             j.running = r;
         }
@@ -531,7 +647,7 @@ pub fn run_served(served: Arc<Served>, extra: Vec<Box<dyn FnOnce() + Send>>) -> 
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
     let dir = control::run_dir();
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let sock = control::socket_path(served.name());
+    let sock = control::socket_path(&served.name());
     if sock.exists() {
         if UnixStream::connect(&sock).is_ok() {
             bail!("array {:?} is already served ({})", served.name(), sock.display());
@@ -543,9 +659,9 @@ pub fn run_served(served: Arc<Served>, extra: Vec<Box<dyn FnOnce() + Send>>) -> 
     if !served.args.json {
         eprintln!(
             "uraid: serving {} {:?} ({} bytes); control socket {}",
-            served.array.level(),
+            served.live.level(),
             served.name(),
-            served.array.size_bytes(),
+            served.live.size_bytes(),
             sock.display()
         );
     } else {
@@ -570,7 +686,7 @@ pub fn run_served(served: Arc<Served>, extra: Vec<Box<dyn FnOnce() + Send>>) -> 
     });
     // Clean first, socket second: once the socket is gone the array is clean on disk.
     // (`uraid stop` also waits for this process to exit, which releases the members.)
-    let closed = served.array.close();
+    let closed = served.live.close();
     let _ = std::fs::remove_file(&sock);
     closed?;
     if !served.args.json {
@@ -584,7 +700,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     let mut extra: Vec<Box<dyn FnOnce() + Send>> = Vec::new();
     if let Some(addr) = &args.nbd {
         let listener = uraid_nbd::bind(addr).with_context(|| format!("NBD: binding {addr}"))?;
-        let mut export = uraid_nbd::Export::new(served.array.clone());
+        let mut export = uraid_nbd::Export::new(served.live.clone());
         export.name = served.name().to_string();
         let uri = listener.uri(&export.name);
         if !args.json {
@@ -604,7 +720,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     if let Some(dir) = &args.fuse {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let file = format!("{}.img", served.name().replace('/', "_"));
-        let mount = uraid_fuse::mount(dir, vec![(file.clone(), served.array.clone())], served.stop_flag())
+        let mount = uraid_fuse::mount(dir, vec![(file.clone(), served.live.clone())], served.stop_flag())
             .with_context(|| format!("FUSE: mounting {}", dir.display()))?;
         let path = dir.join(&file);
         if !args.json {

@@ -16,8 +16,10 @@ pub mod scan;
 pub mod stripe_cache;
 #[allow(unsafe_code)]
 mod uring;
+pub mod volume;
 
 pub use array::{Array, ArrayOptions, AssemblyReport, DeviceInfo, DeviceState, EngineError, FailureKind};
 pub use member::{FileMember, IoMode, MemMember, Member};
 pub use ownership::DeviceIdentity;
 pub use uring::unavailable as io_uring_unavailable;
+pub use volume::{LiveArray, Stage, Volume};

@@ -13,7 +13,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use uraid_engine::{Array, EngineError};
+use uraid_engine::{EngineError, Volume};
 
 /// How long the kernel may cache names and attributes. Sizes never change, so only mtime
 /// could be stale, and a second of that harms no one while saving a getattr per stat.
@@ -25,7 +25,7 @@ const BLOCK_BYTES: u32 = 4096;
 /// One exported array.
 pub(crate) struct ExportedFile {
     pub(crate) name: String,
-    pub(crate) array: Arc<Array>,
+    pub(crate) array: Arc<dyn Volume>,
     /// Last modification, ns since the epoch: bumped by writes so `ls -l` and backup tools
     /// see that the content changed.
     mtime_ns: AtomicU64,
@@ -35,7 +35,7 @@ pub(crate) struct ExportedFile {
 }
 
 impl ExportedFile {
-    pub(crate) fn new(name: String, array: Arc<Array>, now: SystemTime) -> ExportedFile {
+    pub(crate) fn new(name: String, array: Arc<dyn Volume>, now: SystemTime) -> ExportedFile {
         ExportedFile { name, array, mtime_ns: AtomicU64::new(to_ns(now)), dirty: AtomicBool::new(false) }
     }
 }
@@ -409,7 +409,7 @@ impl Filesystem for ArrayFs {
         // cheap. On RAID4/5/6 the only way to honour it is to write zeros, which would turn
         // mkfs's whole-device discard or an fstrim into a full-array write: EOPNOTSUPP makes
         // the loop driver stop advertising discard there; tools treat discard as optional.
-        if offset >= end || f.array.geometry().as_parity().is_some() {
+        if offset >= end || !f.array.discard_is_cheap() {
             return if offset >= end { reply.ok() } else { reply.error(Errno::EOPNOTSUPP) };
         }
         f.dirty.store(true, Ordering::Release);

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
-use uraid_engine::Array;
+use uraid_engine::Volume;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FuseError {
@@ -111,14 +111,14 @@ enum State {
 /// Mounts `dir` with one regular file per `(file name, array)`, with default options. The
 /// mount is removed when `stop` becomes true (checked every 50 ms), when the returned
 /// handle is dropped or [`FuseMount::unmount`] is called.
-pub fn mount(dir: &Path, arrays: Vec<(String, Arc<Array>)>, stop: Arc<AtomicBool>) -> Result<FuseMount, FuseError> {
+pub fn mount(dir: &Path, arrays: Vec<(String, Arc<dyn Volume>)>, stop: Arc<AtomicBool>) -> Result<FuseMount, FuseError> {
     mount_with(dir, arrays, stop, &MountOptions::default())
 }
 
 /// [`mount`] with explicit options.
 pub fn mount_with(
     dir: &Path,
-    arrays: Vec<(String, Arc<Array>)>,
+    arrays: Vec<(String, Arc<dyn Volume>)>,
     stop: Arc<AtomicBool>,
     opts: &MountOptions,
 ) -> Result<FuseMount, FuseError> {

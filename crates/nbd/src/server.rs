@@ -18,7 +18,7 @@ use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use uraid_engine::{Array, EngineError};
+use uraid_engine::{EngineError, Volume};
 
 /// One array offered to clients under a name.
 #[derive(Clone)]
@@ -28,16 +28,16 @@ pub struct Export {
     pub name: String,
     /// Shown by `nbdinfo --list`.
     pub description: String,
-    pub array: Arc<Array>,
+    pub array: Arc<dyn Volume>,
     /// Refuse writes even if the array is writable.
     pub read_only: bool,
 }
 
 impl Export {
     /// An export named after the array, read-only if the array is.
-    pub fn new(array: Arc<Array>) -> Export {
+    pub fn new(array: Arc<dyn Volume>) -> Export {
         let description = format!("uraid {} array {}, {} bytes", array.level(), array.name(), array.size_bytes());
-        Export { name: array.name().to_string(), description, read_only: !array.is_writable(), array }
+        Export { name: array.name(), description, read_only: !array.is_writable(), array }
     }
 
     fn limits(&self) -> ExportLimits {
@@ -443,7 +443,7 @@ impl Budget {
 }
 
 struct Conn {
-    array: Arc<Array>,
+    array: Arc<dyn Volume>,
     writer: Mutex<ReplyWriter>,
     budget: Budget,
 }

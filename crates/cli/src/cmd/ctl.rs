@@ -208,7 +208,7 @@ fn detail_text(st: &ArrayStatus) -> String {
     s + &mdstat(st)
 }
 
-fn call(name: &str, req: Request) -> Result<ArrayStatus> {
+pub(crate) fn call(name: &str, req: Request) -> Result<ArrayStatus> {
     let (sock, _) = control::find(name)?;
     match control::call(&sock, &req)? {
         Reply { ok: true, status: Some(st), .. } => Ok(st),
@@ -331,7 +331,7 @@ pub fn check(a: CheckArgs, repair: bool) -> Result<ExitCode> {
 }
 
 /// Polls the array until `done`, showing the job's progress on a terminal.
-fn follow(name: &str, json: bool, done: impl Fn(&ArrayStatus) -> bool) -> Result<ArrayStatus> {
+pub(crate) fn follow(name: &str, json: bool, done: impl Fn(&ArrayStatus) -> bool) -> Result<ArrayStatus> {
     let tty = !json && std::io::stderr().is_terminal();
     loop {
         let st = call(name, Request::Status)?;

@@ -2,6 +2,8 @@
 //! continue a reshape on an array's members, offline, with md's on-disk protocol, so md can take over at any
 //! point.
 
+use crate::cmd::ctl::{call, follow};
+use crate::control::Request;
 use crate::util::{open_members, IoOpt, Progress};
 use anyhow::{bail, Result};
 use clap::Args;
@@ -16,9 +18,13 @@ use uraid_engine::ArrayOptions;
 
 #[derive(Args)]
 pub struct GrowArgs {
-    /// Member devices or image files, in any order.
+    /// A served array's name (the reshape runs online in its `uraid serve`), or the member
+    /// devices or image files of a stopped array, in any order.
     #[arg(required = true)]
     devices: Vec<PathBuf>,
+    /// With a served array: wait until the reshape is done, showing its progress.
+    #[arg(long)]
+    wait: bool,
     /// Continue the reshape the superblocks record (mdadm --grow --continue).
     #[arg(long = "continue", conflicts_with_all = ["raid_devices", "chunk", "layout"])]
     continue_reshape: bool,
@@ -64,6 +70,12 @@ struct GrowResult {
     mib_per_s: f64,
 }
 
+/// `--chunk C` in sectors.
+fn chunk_sectors(c: &str) -> Result<u32> {
+    let bytes = crate::util::parse_size(c).map_err(|e| anyhow::anyhow!("--chunk {c}: {e}"))?;
+    u32::try_from(bytes / 512).map_err(|_| anyhow::anyhow!("--chunk {c}: too large"))
+}
+
 /// The change asked for, or `None` for --continue.
 fn request(a: &GrowArgs, level: Level) -> Result<Option<GrowRequest>> {
     if a.continue_reshape {
@@ -72,18 +84,39 @@ fn request(a: &GrowArgs, level: Level) -> Result<Option<GrowRequest>> {
     if a.raid_devices.is_none() && a.chunk.is_none() && a.layout.is_none() {
         bail!("say what to change (--raid-devices, --chunk, --layout), or --continue a reshape in progress");
     }
-    let chunk_sectors = match &a.chunk {
-        None => None,
-        Some(c) => {
-            let bytes = crate::util::parse_size(c).map_err(|e| anyhow::anyhow!("--chunk {c}: {e}"))?;
-            Some(u32::try_from(bytes / 512).map_err(|_| anyhow::anyhow!("--chunk {c}: too large"))?)
-        }
-    };
+    let chunk_sectors = a.chunk.as_deref().map(chunk_sectors).transpose()?;
     let layout = a.layout.as_deref().map(|l| crate::cmd::create::parse_layout(level, l)).transpose()?;
     Ok(Some(GrowRequest { raid_disks: a.raid_devices, layout, chunk_sectors }))
 }
 
+/// `uraid grow NAME ...`: the serving process starts the reshape and runs it online.
+fn grow_served(a: &GrowArgs, name: &str) -> Result<ExitCode> {
+    if a.continue_reshape {
+        bail!("{name} is served: a served array continues its reshape by itself (uraid status shows it)");
+    }
+    if a.raid_devices.is_none() && a.chunk.is_none() && a.layout.is_none() {
+        bail!("say what to change (--raid-devices, --chunk, --layout)");
+    }
+    let chunk_sectors = a.chunk.as_deref().map(chunk_sectors).transpose()?;
+    let req = Request::Grow { raid_devices: a.raid_devices, chunk_sectors, layout: a.layout.clone() };
+    let st = call(name, req)?;
+    if !a.quiet && !a.json {
+        eprintln!("uraid: {}: reshape started", st.name);
+    }
+    let st = if a.wait { follow(name, a.json, |st| st.state != "reshaping")? } else { st };
+    if a.json {
+        println!("{}", serde_json::to_string(&st)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn run(a: GrowArgs) -> Result<ExitCode> {
+    if let [one] = &a.devices[..] {
+        let name = one.to_string_lossy();
+        if !one.exists() && crate::control::find(&name).is_ok() {
+            return grow_served(&a, &name);
+        }
+    }
     let members = open_members(&a.devices, true, a.io.mode())?;
     let opts =
         ArrayOptions { assemble: AssembleOptions { array_uuid: None, force: a.force, run: a.run }, writable: true, ..Default::default() };

@@ -593,12 +593,22 @@ pub struct JobPacer {
 impl JobPacer {
     /// `idle_step`: sectors per step when nobody else uses the array.
     pub fn new(array: &Array, limits: SpeedLimits, idle_step: u64) -> JobPacer {
-        JobPacer { limits, idle_step, seen: array.foreground_requests(), busy: false, stretch: (Instant::now(), 0) }
+        JobPacer::counting(array.foreground_requests(), limits, idle_step)
+    }
+
+    /// A pacer for a job whose users' requests are counted elsewhere (a reshape's two
+    /// sides): `seen`, the count now.
+    pub fn counting(seen: u64, limits: SpeedLimits, idle_step: u64) -> JobPacer {
+        JobPacer { limits, idle_step, seen, busy: false, stretch: (Instant::now(), 0) }
     }
 
     /// Sectors for the next step; notes whether users were busy since the last one.
     pub fn next_step(&mut self, array: &Array) -> u64 {
-        let now = array.foreground_requests();
+        self.next_step_counted(array.foreground_requests())
+    }
+
+    /// [`JobPacer::next_step`] given the users' request count now.
+    pub fn next_step_counted(&mut self, now: u64) -> u64 {
         let busy = now != self.seen;
         self.seen = now;
         if busy != self.busy {

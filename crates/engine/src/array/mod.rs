@@ -122,6 +122,8 @@ impl std::fmt::Display for DeviceState {
 /// One device and its superblock as the array keeps it.
 struct Device {
     member: Arc<dyn Member>,
+    /// The member as given, without the bad-block wrapper (handed on to a reshape).
+    raw: Arc<dyn Member>,
     sb: Superblock,
     sb_offset: u64,
     data_offset: u64,
@@ -145,6 +147,7 @@ impl Device {
     fn new(member: Arc<dyn Member>, sb: Superblock, sb_offset: u64, state: DeviceState) -> Result<Device, EngineError> {
         let log = Arc::new(BadBlockLog::load(member.as_ref(), &sb, sb_offset).map_err(EngineError::Refused)?);
         Ok(Device {
+            raw: member.clone(),
             member: LoggedMember::wrap(member, log.clone()),
             data_offset: sb.data_offset_sectors() * SECTOR_BYTES,
             sb,
@@ -580,6 +583,12 @@ impl Array {
             .collect()
     }
     /// Roles with no in-sync member.
+    /// The devices in use (members, rebuilding members and spares; not failed ones), as
+    /// they were given: what a reshape of this array takes over.
+    pub fn device_handles(&self) -> Vec<Arc<dyn Member>> {
+        self.lock_meta().devices.iter().filter(|d| d.state != DeviceState::Faulty).map(|d| d.raw.clone()).collect()
+    }
+
     pub fn missing_roles(&self) -> Vec<usize> {
         let io = self.io_map();
         (0..io.read.len()).filter(|r| io.read[*r].is_none()).collect()

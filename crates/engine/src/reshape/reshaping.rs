@@ -72,7 +72,7 @@ pub enum ReshapeStep {
 /// An array in the middle of a reshape.
 pub struct ReshapingArray {
     old: Array,
-    new: Array,
+    new: Arc<Array>,
     slots: Mutex<Vec<Slot>>,
     /// Serialises superblock updates (checkpoints, active/clean marks, the finish).
     superblock_writes: Mutex<u64>,
@@ -85,6 +85,7 @@ pub struct ReshapingArray {
     opened_clean: bool,
     progress: Mutex<Progress>,
     progress_changed: Condvar,
+    user_requests: AtomicU64,
 }
 
 /// The striped shape of one side, for the window planner; `None` for a level the planner
@@ -247,7 +248,7 @@ impl ReshapingArray {
             Array::assemble(members, opts).map(|(a, _)| a)
         };
         let old = side(Side::Old)?;
-        let new = side(Side::New)?;
+        let new = Arc::new(side(Side::New)?);
         if opts.writable {
             for &i in &current {
                 let (_, sb) = &found[i];
@@ -305,6 +306,7 @@ impl ReshapingArray {
                 finished: false,
             }),
             progress_changed: Condvar::new(),
+            user_requests: AtomicU64::new(0),
         })
     }
 
@@ -341,8 +343,14 @@ impl ReshapingArray {
     }
 
     /// The side of the reshape that will be the array once it is done.
-    pub fn new_side(&self) -> &Array {
+    pub fn new_side(&self) -> &Arc<Array> {
         &self.new
+    }
+
+    /// User requests begun (for the reshape's pacing, as [`Array::foreground_requests`];
+    /// the sides' own counters also count the reshape's copying).
+    pub fn foreground_requests(&self) -> u64 {
+        self.user_requests.load(Ordering::Relaxed)
     }
 
     fn lock_progress(&self) -> MutexGuard<'_, Progress> {
@@ -356,6 +364,7 @@ impl ReshapingArray {
     /// Waits until the window being moved leaves `range` alone, then records `range` as a
     /// request in progress; the guard ends it.
     fn enter(&self, range: (u64, u64)) -> InFlight<'_> {
+        self.user_requests.fetch_add(1, Ordering::Relaxed);
         let mut p = self.lock_progress();
         while p.moving.is_some_and(|m| m.0 < range.1 && range.0 < m.1) {
             p = self.wait(p);
@@ -367,7 +376,7 @@ impl ReshapingArray {
     fn side(&self, side: Side) -> &Array {
         match side {
             Side::Old => &self.old,
-            Side::New => &self.new,
+            Side::New => self.new.as_ref(),
         }
     }
 
@@ -425,6 +434,33 @@ impl ReshapingArray {
             rest = tail;
         }
         self.propagate_failures()
+    }
+
+    pub fn is_writable(&self) -> bool {
+        self.writable
+    }
+
+    /// Writes zeros over `len` bytes at `offset`, a piece at a time.
+    pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), EngineError> {
+        const PIECE: u64 = 1 << 20;
+        let zeros = vec![0u8; PIECE.min(len) as usize];
+        let mut at = offset;
+        while at < offset + len {
+            let n = PIECE.min(offset + len - at);
+            self.write(at, &zeros[..n as usize])?;
+            at += n;
+        }
+        Ok(())
+    }
+
+    /// A discard while reshaping writes zeros: the two shapes cannot free space in step.
+    pub fn discard(&self, offset: u64, len: u64) -> Result<(), EngineError> {
+        self.write_zeroes(offset, len)
+    }
+
+    /// The devices the reshape runs on (not the failed ones), as given.
+    pub fn device_handles(&self) -> Vec<Arc<dyn Member>> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner()).iter().filter(|s| !s.failed).map(|s| s.member.clone()).collect()
     }
 
     /// Makes every acknowledged write durable.
@@ -612,7 +648,7 @@ impl ReshapingArray {
         if newly.is_empty() {
             return Ok(());
         }
-        for side in [&self.old, &self.new] {
+        for side in [&self.old, self.new.as_ref()] {
             for d in side.devices() {
                 if newly.contains(&d.dev_number) && d.state != DeviceState::Faulty {
                     if let DeviceState::InSync(role) = d.state {

@@ -1,0 +1,184 @@
+//! What the exports (NBD, FUSE) serve: an array's bytes, whatever the engine behind them
+//! is doing. [`Volume`] is that contract; [`LiveArray`] is the one `uraid serve` hands out,
+//! which stays the same object while the array under it changes stage (a plain array, or
+//! one in the middle of a reshape), so clients keep their connections through a reshape.
+
+use crate::array::{Array, ArrayOptions, EngineError};
+use crate::reshape::ReshapingArray;
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+use uraid_core::geometry::Level;
+use uraid_core::metadata::grow::GrowRequest;
+
+/// An array's bytes, as a block device offers them.
+pub trait Volume: Send + Sync {
+    /// The name clients know the array by.
+    fn name(&self) -> String;
+    fn level(&self) -> Level;
+    fn size_bytes(&self) -> u64;
+    fn is_writable(&self) -> bool;
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), EngineError>;
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), EngineError>;
+    /// Every acknowledged write durable.
+    fn flush(&self) -> Result<(), EngineError>;
+    /// The range reads as zeros afterwards.
+    fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), EngineError>;
+    /// The range may be forgotten; it reads as zeros afterwards.
+    fn discard(&self, offset: u64, len: u64) -> Result<(), EngineError>;
+    /// Whether a discard frees space without writing (no parity to keep).
+    fn discard_is_cheap(&self) -> bool;
+}
+
+impl Volume for Array {
+    fn name(&self) -> String {
+        Array::name(self).to_string()
+    }
+    fn level(&self) -> Level {
+        Array::level(self)
+    }
+    fn size_bytes(&self) -> u64 {
+        Array::size_bytes(self)
+    }
+    fn is_writable(&self) -> bool {
+        Array::is_writable(self)
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+        Array::read(self, offset, buf)
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), EngineError> {
+        Array::write(self, offset, data)
+    }
+    fn flush(&self) -> Result<(), EngineError> {
+        Array::flush(self)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), EngineError> {
+        Array::write_zeroes(self, offset, len)
+    }
+    fn discard(&self, offset: u64, len: u64) -> Result<(), EngineError> {
+        Array::discard(self, offset, len)
+    }
+    fn discard_is_cheap(&self) -> bool {
+        self.geometry().as_parity().is_none()
+    }
+}
+
+/// What a [`LiveArray`] is now.
+#[derive(Clone)]
+pub enum Stage {
+    Plain(Arc<Array>),
+    Reshaping(Arc<ReshapingArray>),
+}
+
+/// An array that may change stage under its clients (see the module doc). Each request
+/// holds the stage for its duration; a change waits for requests in progress and holds
+/// new ones until it is done.
+pub struct LiveArray {
+    stage: RwLock<Stage>,
+    name: String,
+}
+
+impl LiveArray {
+    pub fn new(stage: Stage, name: String) -> LiveArray {
+        LiveArray { stage: RwLock::new(stage), name }
+    }
+
+    fn current(&self) -> RwLockReadGuard<'_, Stage> {
+        self.stage.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The stage now (a snapshot: it may change right after).
+    pub fn stage(&self) -> Stage {
+        self.current().clone()
+    }
+
+    /// Starts reshape `req`: the plain array is flushed and closed, md's reshape records are
+    /// written, and requests continue against the reshaping array. Callers make sure no
+    /// background job is using the plain array. On a refusal the plain array stays.
+    pub fn begin_reshape(&self, opts: &ArrayOptions, req: &GrowRequest) -> Result<Arc<ReshapingArray>, EngineError> {
+        let mut stage = self.stage.write().unwrap_or_else(|p| p.into_inner());
+        let Stage::Plain(array) = &*stage else {
+            return Err(EngineError::Invalid("a reshape is already running; let it finish first".into()));
+        };
+        if let Some(job) = array.pending_job() {
+            return Err(EngineError::Invalid(format!("a {} is pending; let it finish before reshaping", job.name())));
+        }
+        let handles = array.device_handles();
+        array.close()?;
+        let reshaping = Arc::new(ReshapingArray::start(handles, opts, req)?);
+        *stage = Stage::Reshaping(reshaping.clone());
+        Ok(reshaping)
+    }
+
+    /// After the reshape finished: requests continue against the array assembled in its
+    /// new shape.
+    pub fn end_reshape(&self, opts: &ArrayOptions) -> Result<Arc<Array>, EngineError> {
+        let mut stage = self.stage.write().unwrap_or_else(|p| p.into_inner());
+        let Stage::Reshaping(r) = &*stage else {
+            return Err(EngineError::Invalid("no reshape is running".into()));
+        };
+        if !r.is_finished() {
+            return Err(EngineError::Invalid("the reshape has not finished".into()));
+        }
+        r.close()?;
+        let (array, _) = Array::assemble(r.device_handles(), opts)?;
+        let array = Arc::new(array);
+        *stage = Stage::Plain(array.clone());
+        Ok(array)
+    }
+
+    /// Flushes and marks the array clean (with a reshape, its position recorded).
+    pub fn close(&self) -> Result<(), EngineError> {
+        match &*self.current() {
+            Stage::Plain(a) => a.close(),
+            Stage::Reshaping(r) => r.close(),
+        }
+    }
+}
+
+/// One request against whatever the stage is.
+macro_rules! on_stage {
+    ($self:ident, $v:ident => $e:expr) => {
+        match &*$self.current() {
+            Stage::Plain($v) => $e,
+            Stage::Reshaping($v) => $e,
+        }
+    };
+}
+
+impl Volume for LiveArray {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+    fn level(&self) -> Level {
+        match &*self.current() {
+            Stage::Plain(a) => a.level(),
+            Stage::Reshaping(r) => r.new_side().level(),
+        }
+    }
+    fn size_bytes(&self) -> u64 {
+        on_stage!(self, v => v.size_bytes())
+    }
+    fn is_writable(&self) -> bool {
+        on_stage!(self, v => v.is_writable())
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+        on_stage!(self, v => v.read(offset, buf))
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), EngineError> {
+        on_stage!(self, v => v.write(offset, data))
+    }
+    fn flush(&self) -> Result<(), EngineError> {
+        on_stage!(self, v => v.flush())
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), EngineError> {
+        on_stage!(self, v => v.write_zeroes(offset, len))
+    }
+    fn discard(&self, offset: u64, len: u64) -> Result<(), EngineError> {
+        on_stage!(self, v => v.discard(offset, len))
+    }
+    fn discard_is_cheap(&self) -> bool {
+        match &*self.current() {
+            Stage::Plain(a) => Volume::discard_is_cheap(a.as_ref()),
+            Stage::Reshaping(_) => false,
+        }
+    }
+}
