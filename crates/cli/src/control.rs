@@ -41,8 +41,11 @@ pub enum Request {
         start: u64,
         sectors: u64,
     },
-    /// Start a reshape (mdadm --grow): new member count, chunk (sectors), layout (by name).
+    /// Change the shape (mdadm --grow): level (as given), member count, chunk (sectors),
+    /// layout (by name).
     Grow {
+        #[serde(default)]
+        level: Option<String>,
         #[serde(default)]
         raid_devices: Option<u32>,
         #[serde(default)]

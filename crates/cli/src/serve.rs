@@ -319,9 +319,14 @@ impl Served {
             }
             match req {
                 Request::Status => {}
-                Request::Grow { raid_devices, chunk_sectors, layout } => {
-                    let layout = layout.as_deref().map(|l| crate::cmd::create::parse_layout(a.level(), l)).transpose()?;
-                    let req = GrowRequest { raid_disks: raid_devices, layout, chunk_sectors };
+                Request::Grow { level, raid_devices, chunk_sectors, layout } => {
+                    let level = level.as_deref().map(crate::cmd::grow::parse_level).transpose()?;
+                    let target = match level {
+                        Some(l) => uraid_core::geometry::Level::from_md(l).map_err(|e| anyhow::anyhow!("{e}"))?,
+                        None => a.level(),
+                    };
+                    let layout = layout.as_deref().map(|l| crate::cmd::create::parse_layout(target, l)).transpose()?;
+                    let req = GrowRequest { level, raid_disks: raid_devices, layout, chunk_sectors };
                     {
                         let job = self.job.lock().unwrap_or_else(|e| e.into_inner());
                         if let Some((kind, ..)) = job.running {
@@ -498,10 +503,17 @@ impl Served {
         while !self.stop.load(Ordering::Acquire) {
             let asked = self.grow.lock().map(|mut g| g.take()).unwrap_or(None);
             if let Some((req, reply)) = asked {
-                let started = self.live.begin_reshape(&self.opts, &req).map(|_| ()).map_err(|e| e.to_string());
-                if started.is_ok() && !self.args.json {
-                    eprintln!("uraid: {}: reshape started", self.name());
+                let started = self.live.grow(&self.opts, &req).map_err(|e| e.to_string());
+                if !self.args.json {
+                    match &started {
+                        Ok(Stage::Reshaping(_)) => eprintln!("uraid: {}: reshape started", self.name()),
+                        Ok(Stage::Plain(a)) => {
+                            eprintln!("uraid: {}: now {} with {} members", self.name(), a.level(), a.geometry().raid_disks())
+                        }
+                        Err(_) => {}
+                    }
                 }
+                let started = started.map(|_| ());
                 let _ = reply.send(started);
             }
             if let Some(r) = self.reshaping() {

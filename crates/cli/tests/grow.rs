@@ -136,3 +136,37 @@ fn refusals_say_what_would_work_and_change_nothing() {
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("bitmap"), "{}", describe("uraid", &[], &out));
     assert_eq!(sums(dir, &devs), before);
 }
+
+#[test]
+fn takeovers_keep_the_content_from_raid1_to_raid6_and_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (devs, content) = filled(dir, "1", 2, &[]);
+    // RAID1 -> RAID5 (2 members), grown to 3 members in the same command, as mdadm does.
+    let out = json(&ok(dir, &with_devs(&["grow", "--json", "--level", "5", "-n", "3"], &devs)));
+    assert_eq!(out["finished"], true, "{out}");
+    assert_eq!(read_prefix(dir, &devs, content.len()), content, "content as RAID5");
+    let ex = json(&ok(dir, &with_devs(&["examine", "--json"], &devs)));
+    assert_eq!((ex[0]["level"].as_str(), ex[0]["raid_devices"].as_u64()), (Some("raid5"), Some(3)), "{ex}");
+    // RAID5 -> RAID6 needs a spare for Q: the one it had became the third member.
+    let before = sums(dir, &devs);
+    let out = run(dir, &with_devs(&["grow", "--level", "6"], &devs));
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("spare"), "{}", describe("uraid", &[], &out));
+    assert_eq!(sums(dir, &devs), before);
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (devs, content) = filled(dir, "5", 3, &[]);
+    ok(dir, &with_devs(&["grow", "-q", "--level", "6"], &devs));
+    let ex = json(&ok(dir, &with_devs(&["examine", "--json"], &devs)));
+    assert_eq!((ex[0]["level"].as_str(), ex[0]["layout"].as_str()), (Some("raid6"), Some("left-symmetric-6")), "{ex}");
+    assert_eq!(read_prefix(dir, &devs, content.len()), content, "content as RAID6");
+    // Q was rebuilt on the spare: the array survives losing two members.
+    let two_left: Vec<String> = devs[2..].to_vec();
+    let out = ok(dir, &with_devs(&["read", "--run"], &two_left));
+    assert_eq!(&out.stdout[..content.len()], &content[..], "RAID6 read with two members missing");
+    ok(dir, &with_devs(&["grow", "-q", "--level", "5"], &devs));
+    assert_eq!(read_prefix(dir, &devs, content.len()), content, "content back as RAID5");
+    let ex = json(&ok(dir, &with_devs(&["examine", "--json"], &devs)));
+    assert_eq!(ex[3]["role"].as_str(), Some("spare"), "Q's member is a spare again: {ex}");
+}

@@ -90,10 +90,11 @@ impl LiveArray {
         self.current().clone()
     }
 
-    /// Starts reshape `req`: the plain array is flushed and closed, md's reshape records are
-    /// written, and requests continue against the reshaping array. Callers make sure no
+    /// Applies `req` (mdadm --grow): a level change md makes in place, a reshape, or a
+    /// level change then a reshape. The plain array is flushed and closed first; requests
+    /// then continue against the array taken over, or reshaping. Callers make sure no
     /// background job is using the plain array. On a refusal the plain array stays.
-    pub fn begin_reshape(&self, opts: &ArrayOptions, req: &GrowRequest) -> Result<Arc<ReshapingArray>, EngineError> {
+    pub fn grow(&self, opts: &ArrayOptions, req: &GrowRequest) -> Result<Stage, EngineError> {
         let mut stage = self.stage.write().unwrap_or_else(|p| p.into_inner());
         let Stage::Plain(array) = &*stage else {
             return Err(EngineError::Invalid("a reshape is already running; let it finish first".into()));
@@ -103,9 +104,36 @@ impl LiveArray {
         }
         let handles = array.device_handles();
         array.close()?;
-        let reshaping = Arc::new(ReshapingArray::start(handles, opts, req)?);
-        *stage = Stage::Reshaping(reshaping.clone());
-        Ok(reshaping)
+        let taken = crate::reshape::take_over(&handles, opts, req)?;
+        let rest = match &taken {
+            Some(t) => req.after_takeover(t),
+            None => Some(*req),
+        };
+        let reopen = || -> Result<Stage, EngineError> {
+            let (a, _) = Array::assemble(handles.clone(), opts)?;
+            a.start_recovery_if_possible();
+            Ok(Stage::Plain(Arc::new(a)))
+        };
+        let next = match (rest, &taken) {
+            (None, _) => reopen()?,
+            (Some(_), Some(t)) if t.rebuilt.is_some() => {
+                *stage = reopen()?;
+                return Err(EngineError::Invalid(format!(
+                    "taken over as RAID{}; its new member is being rebuilt: change the rest once that is done",
+                    t.level
+                )));
+            }
+            (Some(rest), _) => match ReshapingArray::start(handles.clone(), opts, &rest) {
+                Ok(r) => Stage::Reshaping(Arc::new(r)),
+                Err(e) if taken.is_some() => {
+                    *stage = reopen()?;
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        *stage = next.clone();
+        Ok(next)
     }
 
     /// After the reshape finished: requests continue against the array assembled in its

@@ -13,8 +13,8 @@ use std::process::ExitCode;
 use uraid_core::assemble::AssembleOptions;
 use uraid_core::geometry::Level;
 use uraid_core::metadata::grow::GrowRequest;
-use uraid_engine::reshape::{ReshapeStep, ReshapingArray};
-use uraid_engine::ArrayOptions;
+use uraid_engine::reshape::{take_over, ReshapeStep, ReshapingArray};
+use uraid_engine::{Array, ArrayOptions};
 
 #[derive(Args)]
 pub struct GrowArgs {
@@ -26,8 +26,12 @@ pub struct GrowArgs {
     #[arg(long)]
     wait: bool,
     /// Continue the reshape the superblocks record (mdadm --grow --continue).
-    #[arg(long = "continue", conflicts_with_all = ["raid_devices", "chunk", "layout"])]
+    #[arg(long = "continue", conflicts_with_all = ["level", "raid_devices", "chunk", "layout"])]
     continue_reshape: bool,
+    /// New level (mdadm -l/--level): the takeovers md makes in place (RAID1 with 2 members
+    /// <-> RAID5, RAID4 <-> RAID5 parity-last, RAID5 <-> RAID6 with Q on a spare).
+    #[arg(long, short = 'l')]
+    level: Option<String>,
     /// New member count (mdadm -n/--raid-devices); the added members are taken from the
     /// array's spares, so add them first (uraid add), as with mdadm.
     #[arg(long, short = 'n')]
@@ -76,17 +80,29 @@ fn chunk_sectors(c: &str) -> Result<u32> {
     u32::try_from(bytes / 512).map_err(|_| anyhow::anyhow!("--chunk {c}: too large"))
 }
 
-/// The change asked for, or `None` for --continue.
+/// `--level L` as md's level number.
+pub fn parse_level(s: &str) -> Result<i32> {
+    Ok(crate::cmd::create::parse_level(s)?.to_md())
+}
+
+fn nothing_asked(a: &GrowArgs) -> bool {
+    a.level.is_none() && a.raid_devices.is_none() && a.chunk.is_none() && a.layout.is_none()
+}
+
+/// The change asked for, or `None` for --continue. `level`: the array's level now (the
+/// layout is read as one of the target level's).
 fn request(a: &GrowArgs, level: Level) -> Result<Option<GrowRequest>> {
     if a.continue_reshape {
         return Ok(None);
     }
-    if a.raid_devices.is_none() && a.chunk.is_none() && a.layout.is_none() {
-        bail!("say what to change (--raid-devices, --chunk, --layout), or --continue a reshape in progress");
+    if nothing_asked(a) {
+        bail!("say what to change (--level, --raid-devices, --chunk, --layout), or --continue a reshape in progress");
     }
+    let new_level = a.level.as_deref().map(parse_level).transpose()?;
+    let target = new_level.map(Level::from_md).transpose().map_err(|e| anyhow::anyhow!("{e}"))?.unwrap_or(level);
     let chunk_sectors = a.chunk.as_deref().map(chunk_sectors).transpose()?;
-    let layout = a.layout.as_deref().map(|l| crate::cmd::create::parse_layout(level, l)).transpose()?;
-    Ok(Some(GrowRequest { raid_disks: a.raid_devices, layout, chunk_sectors }))
+    let layout = a.layout.as_deref().map(|l| crate::cmd::create::parse_layout(target, l)).transpose()?;
+    Ok(Some(GrowRequest { level: new_level, raid_disks: a.raid_devices, layout, chunk_sectors }))
 }
 
 /// `uraid grow NAME ...`: the serving process starts the reshape and runs it online.
@@ -94,14 +110,17 @@ fn grow_served(a: &GrowArgs, name: &str) -> Result<ExitCode> {
     if a.continue_reshape {
         bail!("{name} is served: a served array continues its reshape by itself (uraid status shows it)");
     }
-    if a.raid_devices.is_none() && a.chunk.is_none() && a.layout.is_none() {
-        bail!("say what to change (--raid-devices, --chunk, --layout)");
+    if nothing_asked(a) {
+        bail!("say what to change (--level, --raid-devices, --chunk, --layout)");
     }
     let chunk_sectors = a.chunk.as_deref().map(chunk_sectors).transpose()?;
-    let req = Request::Grow { raid_devices: a.raid_devices, chunk_sectors, layout: a.layout.clone() };
+    let req = Request::Grow { level: a.level.clone(), raid_devices: a.raid_devices, chunk_sectors, layout: a.layout.clone() };
     let st = call(name, req)?;
     if !a.quiet && !a.json {
-        eprintln!("uraid: {}: reshape started", st.name);
+        match st.state.as_str() {
+            "reshaping" => eprintln!("uraid: {}: reshape started", st.name),
+            _ => eprintln!("uraid: {}: now {} with {} members", st.name, st.level, st.raid_disks),
+        }
     }
     let st = if a.wait { follow(name, a.json, |st| st.state != "reshaping")? } else { st };
     if a.json {
@@ -126,7 +145,32 @@ pub fn run(a: GrowArgs) -> Result<ExitCode> {
     };
     let array = match request(&a, level)? {
         None => ReshapingArray::open(members, &opts)?,
-        Some(req) => ReshapingArray::start(members, &opts, &req)?,
+        Some(req) => {
+            let rest = match take_over(&members, &opts, &req)? {
+                None => req,
+                Some(t) => {
+                    if !a.quiet && !a.json {
+                        eprintln!("uraid: taken over as RAID{} with {} members", t.level, t.raid_disks);
+                    }
+                    if t.rebuilt.is_some() {
+                        // RAID5 -> RAID6: Q is rebuilt on the spare now (offline, nothing else runs).
+                        let (array, _) = Array::assemble(members.clone(), &opts)?;
+                        crate::util::run_pending_jobs(&array, a.quiet || a.json)?;
+                        array.close()?;
+                    }
+                    match req.after_takeover(&t) {
+                        Some(rest) => rest,
+                        None => {
+                            if a.json {
+                                println!("{}", serde_json::json!({"finished": true, "level": t.level, "raid_disks": t.raid_disks}));
+                            }
+                            return Ok(ExitCode::SUCCESS);
+                        }
+                    }
+                }
+            };
+            ReshapingArray::start(members, &opts, &rest)?
+        }
     };
     let quiet = a.quiet || a.json;
     let total = array.total_sectors();

@@ -19,6 +19,8 @@ use crate::geometry::Algorithm;
 /// What to change (mdadm --grow's options); `None` keeps the current value.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GrowRequest {
+    /// md level number (1, 4, 5, 6): a takeover ([`plan_takeover`]).
+    pub level: Option<i32>,
     pub raid_disks: Option<u32>,
     pub layout: Option<u32>,
     pub chunk_sectors: Option<u32>,
@@ -62,6 +64,8 @@ impl Room {
 pub enum GrowError {
     #[error("nothing to change: the array already has that shape")]
     NothingToChange,
+    #[error("md cannot take a RAID{from} over as RAID{to}{hint}")]
+    Takeover { from: i32, to: i32, hint: &'static str },
     #[error("uraid reshapes RAID4, RAID5 and RAID6 (level {0} here); md grows RAID0 by converting it to RAID4 first, which uraid does not do yet")]
     Level(i32),
     #[error("removing members (a shrink) is not supported yet; md needs --array-size first and, in practice, a backup file")]
@@ -194,6 +198,114 @@ impl GrowPlan {
     }
 }
 
+/// A level change md makes without moving data (raid5.c/raid1.c `takeover`): the same
+/// bytes read as the new level, possibly with one member more (rebuilt) or less.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Takeover {
+    pub level: i32,
+    pub layout: u32,
+    pub chunk_sectors: u32,
+    pub raid_disks: u32,
+    /// A spare (by `dev_number`) taking the new last role, rebuilt from the others (RAID5
+    /// to RAID6: the Q member).
+    pub rebuilt: Option<(u32, u16)>,
+}
+
+/// md's chunk for a RAID1 taken over as RAID5 (raid5.c `raid5_takeover_raid1`): 64K, halved
+/// until it divides the array.
+fn raid1_takeover_chunk(size_sectors: u64) -> Option<u32> {
+    let mut chunk = 128u32;
+    while chunk > 0 && !size_sectors.is_multiple_of(u64::from(chunk)) {
+        chunk >>= 1;
+    }
+    (chunk >= 8).then_some(chunk)
+}
+
+/// Plans the level change `req.level` asks for, if any (`None`: same level, or none
+/// asked). A member count, chunk or layout in the same request is a reshape after it
+/// ([`GrowRequest::after_takeover`]).
+pub fn plan_takeover(sb: &Superblock1, req: &GrowRequest, spares: &[u32]) -> Result<Option<Takeover>, GrowError> {
+    let Some(to) = req.level.filter(|&l| l != sb.level) else { return Ok(None) };
+    let from = sb.level;
+    let refuse = |hint: &'static str| Err(GrowError::Takeover { from, to, hint });
+    let same = |raid_disks: u32, layout: u32, chunk_sectors: u32| Takeover { level: to, layout, chunk_sectors, raid_disks, rebuilt: None };
+    let t = match (from, to) {
+        (1, 5) if sb.raid_disks == 2 => match raid1_takeover_chunk(sb.size_sectors) {
+            Some(chunk) => same(2, Algorithm::LeftSymmetric.to_md(), chunk),
+            None => return refuse(" (its size is not a multiple of 4K)"),
+        },
+        (1, 5) => return refuse(" unless it has exactly 2 members (--raid-devices 2 first)"),
+        (5, 1) if sb.raid_disks == 2 => same(2, 0, 0),
+        (5, 1) => return refuse(" unless it has exactly 2 members (shrink it to 2 first)"),
+        (4, 5) => same(sb.raid_disks, Algorithm::ParityLast.to_md(), sb.chunksize_sectors),
+        (5, 4) if sb.layout == Algorithm::ParityLast.to_md() => same(sb.raid_disks, 0, sb.chunksize_sectors),
+        (5, 4) => return refuse(" unless its layout is parity-last (--layout parity-last first)"),
+        (5, 6) => {
+            let Some(&spare) = spares.first() else {
+                return Err(GrowError::NeedSpares { wanted: sb.raid_disks + 1, needed: 1, have: 0 });
+            };
+            let layout = match Algorithm::from_md(sb.layout) {
+                Some(Algorithm::ParityLast) => Algorithm::ParityLast.to_md(),
+                Some(a) if a.valid_for_raid5() => a.to_md() + 16,
+                _ => return refuse(" with this layout"),
+            };
+            Takeover {
+                level: 6,
+                layout,
+                chunk_sectors: sb.chunksize_sectors,
+                raid_disks: sb.raid_disks + 1,
+                rebuilt: Some((spare, sb.raid_disks as u16)),
+            }
+        }
+        (6, 5) => match sb.layout {
+            5 => same(sb.raid_disks - 1, 5, sb.chunksize_sectors),
+            16..=20 => same(sb.raid_disks - 1, sb.layout - 16, sb.chunksize_sectors),
+            _ => return refuse(" unless Q is on the last member (a *-6 or parity-last layout: --layout left-symmetric-6 first)"),
+        },
+        _ => return refuse(""),
+    };
+    Ok(Some(t))
+}
+
+impl GrowRequest {
+    /// What is left to reshape once `t` is done: the member count, chunk and layout asked
+    /// for that the takeover did not already give; `None` when nothing is.
+    pub fn after_takeover(&self, t: &Takeover) -> Option<GrowRequest> {
+        let rest = GrowRequest {
+            level: None,
+            raid_disks: self.raid_disks.filter(|&n| n != t.raid_disks),
+            layout: self.layout.filter(|&l| l != t.layout),
+            chunk_sectors: self.chunk_sectors.filter(|&c| c != t.chunk_sectors),
+        };
+        (rest != GrowRequest::default()).then_some(rest)
+    }
+}
+
+impl Takeover {
+    /// The superblock after the takeover (array-wide fields; the spare's role table entry).
+    pub fn apply(&self, sb: &mut Superblock1) {
+        sb.level = self.level;
+        sb.layout = self.layout;
+        sb.chunksize_sectors = self.chunk_sectors;
+        let dropped = self.raid_disks < sb.raid_disks;
+        sb.raid_disks = self.raid_disks;
+        if dropped {
+            // RAID6 -> RAID5: the Q member (last role) becomes a spare.
+            for role in sb.dev_roles.iter_mut() {
+                if *role < 0xff00 && u32::from(*role) >= self.raid_disks {
+                    *role = 0xffff;
+                }
+            }
+        }
+        if let Some((dev, role)) = self.rebuilt {
+            if sb.dev_roles.len() <= dev as usize {
+                sb.dev_roles.resize(dev as usize + 1, 0xffff);
+            }
+            sb.dev_roles[dev as usize] = role;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -266,6 +378,33 @@ mod tests {
         let mut r0 = sb.clone();
         r0.level = 0;
         assert_eq!(plan_grow(&r0, &to(4), &[3], ROOM), Err(GrowError::Level(0)));
+    }
+
+    #[test]
+    fn takeovers_md_makes_and_the_ones_it_refuses() {
+        let level = |l| GrowRequest { level: Some(l), ..Default::default() };
+        let mut r1 = raid5_3();
+        (r1.level, r1.raid_disks, r1.layout, r1.chunksize_sectors) = (1, 2, 0, 0);
+        let t = plan_takeover(&r1, &level(5), &[]).unwrap().unwrap();
+        assert_eq!((t.level, t.layout, t.chunk_sectors, t.raid_disks), (5, 2, 128, 2), "md: left-symmetric, 64K");
+        r1.size_sectors = 30720 + 8;
+        assert_eq!(plan_takeover(&r1, &level(5), &[]).unwrap().unwrap().chunk_sectors, 8, "halved until it divides");
+        r1.raid_disks = 3;
+        assert!(matches!(plan_takeover(&r1, &level(5), &[]), Err(GrowError::Takeover { from: 1, to: 5, .. })));
+        let r5 = raid5_3();
+        let t = plan_takeover(&r5, &level(6), &[3]).unwrap().unwrap();
+        assert_eq!((t.layout, t.raid_disks, t.rebuilt), (18, 4, Some((3, 3))), "left-symmetric-6, Q rebuilt on the spare");
+        let mut sb = r5.clone();
+        t.apply(&mut sb);
+        assert_eq!((sb.level, sb.raid_disks, sb.dev_roles[3]), (6, 4, 3));
+        assert_eq!(plan_takeover(&r5, &level(6), &[]), Err(GrowError::NeedSpares { wanted: 4, needed: 1, have: 0 }));
+        let back = plan_takeover(&sb, &level(5), &[]).unwrap().unwrap();
+        assert_eq!((back.layout, back.raid_disks), (2, 3));
+        let mut again = sb.clone();
+        back.apply(&mut again);
+        assert_eq!((again.level, again.raid_disks, again.dev_roles[3]), (5, 3, 0xffff), "Q's member becomes a spare");
+        assert!(matches!(plan_takeover(&r5, &level(4), &[]), Err(GrowError::Takeover { hint, .. }) if hint.contains("parity-last")));
+        assert_eq!(plan_takeover(&r5, &level(5), &[]), Ok(None));
     }
 
     #[test]

@@ -151,28 +151,7 @@ impl ReshapingArray {
     /// it as md would, records the start in every superblock (md's fields, so md can take
     /// over from here), and opens it. Nothing is written when it is refused.
     pub fn start(devices: Vec<Arc<dyn Member>>, opts: &ArrayOptions, req: &GrowRequest) -> Result<ReshapingArray, EngineError> {
-        let (array, report) = Array::assemble(devices.clone(), &ArrayOptions { writable: false, ..*opts })?;
-        if report.needs_resync {
-            return Err(EngineError::Refused(
-                "the array was not shut down cleanly: let its resync finish (uraid serve) before reshaping".into(),
-            ));
-        }
-        if !report.degraded_roles.is_empty() {
-            return Err(EngineError::Unsupported(format!(
-                "the array is degraded (roles {:?} missing): rebuild it before reshaping",
-                report.degraded_roles
-            )));
-        }
-        let infos = array.devices();
-        if infos.len() != devices.len() {
-            return Err(EngineError::Refused(format!(
-                "only {} of the {} devices given belong to the array; give its members and spares only",
-                infos.len(),
-                devices.len()
-            )));
-        }
-        let spares: Vec<u32> = infos.iter().filter(|d| d.state == DeviceState::Spare).map(|d| d.dev_number).collect();
-        drop(array);
+        let spares = super::spares_of_a_changeable_array(&devices, opts, "reshaping")?;
         let found = read_superblocks(&devices)?;
         let newest = found.iter().max_by_key(|(_, sb)| sb.events).map(|(_, sb)| sb.clone()).expect("assembled");
         if newest.feature_map.contains(FeatureMap::BITMAP_OFFSET) {

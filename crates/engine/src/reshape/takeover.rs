@@ -1,0 +1,52 @@
+//! Level changes md makes without moving data (`uraid grow --level`): RAID1 (2 members)
+//! to RAID5 and back, RAID4 to RAID5 (parity-last) and back, RAID5 to RAID6 (Q on a spare,
+//! rebuilt) and back (the Q member becomes a spare). Planned in
+//! `uraid_core::metadata::grow::plan_takeover`; here the superblocks are rewritten.
+
+use crate::array::{superblock_bytes_of, ArrayOptions, EngineError};
+use crate::member::Member;
+use crate::scan::probe;
+use std::sync::Arc;
+use uraid_core::metadata::grow::{plan_takeover, GrowRequest, Takeover};
+use uraid_core::metadata::{FeatureMap, Superblock};
+
+/// Applies the takeover `req.level` asks for to the stopped array on `devices` (members
+/// and spares); `None` when the request changes no level. Nothing is written when refused.
+pub fn take_over(devices: &[Arc<dyn Member>], opts: &ArrayOptions, req: &GrowRequest) -> Result<Option<Takeover>, EngineError> {
+    if req.level.is_none() {
+        return Ok(None);
+    }
+    let spares = super::spares_of_a_changeable_array(devices, opts, "changing its level")?;
+    let mut found = Vec::with_capacity(devices.len());
+    for dev in devices {
+        match probe(dev.as_ref()).best().cloned() {
+            Some((loc, Superblock::V1(sb))) => found.push((loc.offset_bytes, sb)),
+            _ => return Err(EngineError::Unsupported(format!("{}: level changes need v1 metadata", dev.label()))),
+        }
+    }
+    let newest = found.iter().max_by_key(|(_, sb)| sb.events).map(|(_, sb)| sb.clone()).expect("assembled");
+    let Some(t) = plan_takeover(&newest, req, &spares).map_err(|e| EngineError::Invalid(e.to_string()))? else { return Ok(None) };
+    let now = crate::array::now_seconds();
+    // The spare taking a role first, flushed before the others (see `ReshapingArray::start`).
+    let mut order: Vec<usize> = (0..devices.len()).collect();
+    order.sort_by_key(|&i| t.rebuilt.is_none_or(|(dev, _)| dev != found[i].1.dev_number));
+    for i in order {
+        let (at, own) = &found[i];
+        let mut sb = own.clone();
+        sb.dev_roles = newest.dev_roles.clone();
+        t.apply(&mut sb);
+        if t.rebuilt.is_some_and(|(dev, _)| dev == sb.dev_number) {
+            // md: the new member is rebuilt from the start (recovery_offset 0).
+            sb.feature_map.0 |= FeatureMap::RECOVERY_OFFSET;
+            sb.recovery_offset_raw = 0;
+        }
+        sb.events = newest.events + 1;
+        sb.utime = uraid_core::metadata::sb1::MdTime::from_parts(now, 0);
+        sb.sb_csum = sb.compute_checksum();
+        devices[i]
+            .write_at(&superblock_bytes_of(&Superblock::V1(sb)), *at)
+            .and_then(|_| devices[i].flush())
+            .map_err(|e| EngineError::Failed(format!("{}: recording the level change: {e}", devices[i].label())))?;
+    }
+    Ok(Some(t))
+}
