@@ -635,6 +635,53 @@ struct FailureCase {
     write_after_files: usize,
 }
 
+/// A writer into the mounted filesystem: files of known sha256, each fsynced, so array
+/// writes are in flight at every moment. It runs until `stop`; past `KEEP_BYTES` of live
+/// data it deletes its oldest file before each new one, so the filesystem never fills up.
+struct Writer {
+    written: Arc<Mutex<Live>>,
+    count: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    writer: JoinGuard,
+}
+
+impl Writer {
+    fn start(root: PathBuf) -> Writer {
+        const KEEP_BYTES: usize = 20 << 20;
+        let written: Arc<Mutex<Live>> = Arc::default();
+        let count = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (w, c, stop_w) = (written.clone(), count.clone(), stop.clone());
+        let writer = JoinGuard(
+            Some(std::thread::spawn(move || {
+                let mut rng = Prng::new(0xabad_cafe_0000_0001);
+                let mut live = 0usize;
+                for i in 0.. {
+                    if stop_w.load(Ordering::Acquire) {
+                        return;
+                    }
+                    while live > KEEP_BYTES {
+                        let (rel, _, len) = w.lock().unwrap().pop_front().expect("a file to delete");
+                        std::fs::remove_file(root.join(&rel)).unwrap_or_else(|e| panic!("removing {rel}: {e}"));
+                        live -= len;
+                    }
+                    let dir = format!("d{}", i % 4);
+                    std::fs::create_dir_all(root.join(&dir)).expect("mkdir in ext4");
+                    let len = 4096 * (4 + rng.below(64) as usize) + rng.below(4096) as usize;
+                    let data = rng.bytes(len);
+                    let rel = format!("{dir}/f{i:05}.bin");
+                    write_file(&root.join(&rel), &data, true).unwrap_or_else(|e| panic!("writing {rel}: {e}"));
+                    w.lock().unwrap().push_back((rel, sha256(&data), len));
+                    live += len;
+                    c.fetch_add(1, Ordering::AcqRel);
+                }
+            })),
+            stop.clone(),
+        );
+        Writer { written, count, stop, writer }
+    }
+}
+
 fn fuse_failure_and_rebuild(case: &FailureCase) {
     skip_if!(fuse_stack_unavailable());
     let t0 = Instant::now();
@@ -651,43 +698,7 @@ fn fuse_failure_and_rebuild(case: &FailureCase) {
     let image = fuse_dir.join(format!("{}.img", case.name));
     let mut stack = Stack::attach(&image, &env.path("mnt"), true);
 
-    // The writer: files of known sha256, each fsynced, so array writes are in flight at
-    // every action below. It runs until told to stop; past `KEEP_BYTES` of live data it
-    // deletes its oldest file before each new one, so the filesystem never fills up.
-    const KEEP_BYTES: usize = 20 << 20;
-    let written: Arc<Mutex<Live>> = Arc::default();
-    let count = Arc::new(AtomicUsize::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut writer = {
-        let (written, count, stop_w, root) = (written.clone(), count.clone(), stop.clone(), stack.mnt.clone());
-        JoinGuard(
-            Some(std::thread::spawn(move || {
-                let mut rng = Prng::new(0xabad_cafe_0000_0001);
-                let mut live = 0usize;
-                for i in 0.. {
-                    if stop_w.load(Ordering::Acquire) {
-                        return;
-                    }
-                    while live > KEEP_BYTES {
-                        let (rel, _, len) = written.lock().unwrap().pop_front().expect("a file to delete");
-                        std::fs::remove_file(root.join(&rel)).unwrap_or_else(|e| panic!("removing {rel}: {e}"));
-                        live -= len;
-                    }
-                    let dir = format!("d{}", i % 4);
-                    std::fs::create_dir_all(root.join(&dir)).expect("mkdir in ext4");
-                    let len = 4096 * (4 + rng.below(64) as usize) + rng.below(4096) as usize;
-                    let data = rng.bytes(len);
-                    let rel = format!("{dir}/f{i:05}.bin");
-                    write_file(&root.join(&rel), &data, true).unwrap_or_else(|e| panic!("writing {rel}: {e}"));
-                    written.lock().unwrap().push_back((rel, sha256(&data), len));
-                    live += len;
-                    count.fetch_add(1, Ordering::AcqRel);
-                }
-            })),
-            stop.clone(),
-        )
-    };
-
+    let Writer { written, count, stop, mut writer } = Writer::start(stack.mnt.clone());
     let writer_running = |w: &JoinGuard| w.0.as_ref().is_some_and(|h| !h.is_finished());
     let mut last = 0;
     for &(at, action) in case.schedule {
@@ -859,6 +870,81 @@ fn fuse_loop_ext4_raid10_member_failure_and_rebuild() {
 // ---------------------------------------------------------------------------------------
 // 4. kill -9 in the middle of writes, then resync and fsck
 // ---------------------------------------------------------------------------------------
+
+/// md's migration story, online: a 2-member RAID1 holding a mounted ext4 (FUSE file, loop
+/// device) becomes a RAID5 and grows to 3 members, then its chunk goes from 64K to 512K,
+/// while files are written throughout; e2fsck is clean, every file reads back, the array
+/// checks clean, and real md assembles the final members with the same bytes (when the md
+/// VM is available; scripts/interop covers each step against md in any case).
+#[test]
+fn fuse_loop_ext4_raid1_becomes_raid5_grows_and_changes_chunk_while_mounted() {
+    skip_if!(fuse_stack_unavailable());
+    let env = Env::new();
+    let name = "mig";
+    let members: Vec<PathBuf> = ["m0.img", "m1.img"].iter().map(|n| env.path(n)).collect();
+    env.uraid(&["create", "-l", "1", "-n", "2", "--size", "32M", "--name", name, p(&members[0]), p(&members[1])]);
+    let spare = env.spare("m2.img", &members[0]);
+    let fuse_dir = env.path("fuse");
+    // md's speed_limit_min holds the reshape to 1 MB/s while the writer is busy; a higher
+    // floor keeps the test short (the writer still overlaps every reshape: waited on below).
+    let mut serve = env.serve(name, &members, &["--fuse", p(&fuse_dir), "--speed-min", "10000", "--speed-max", "20000"]);
+    let fuse = FuseGuard(fuse_dir.clone());
+    let image = fuse_dir.join(format!("{name}.img"));
+    let mut stack = Stack::attach(&image, &env.path("mnt"), true);
+    let Writer { written, count, stop, mut writer } = Writer::start(stack.mnt.clone());
+    let wait_files = |n: usize| {
+        let start = Instant::now();
+        let target = count.load(Ordering::Acquire) + n;
+        while count.load(Ordering::Acquire) < target {
+            assert!(start.elapsed() < HANG, "writer hung");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    };
+    wait_files(20);
+    env.uraid(&["add", name, p(&spare)]);
+    env.uraid(&["grow", name, "--level", "5", "--raid-devices", "3"]);
+    let mut seen_reshaping = false;
+    env.wait_for(name, "RAID5 over 3 members", &mut serve, |d| {
+        seen_reshaping |= d["state"] == "reshaping";
+        d["state"] != "reshaping" && d["level"] == "raid5" && d["raid_disks"] == 3
+    });
+    wait_files(20);
+    env.uraid(&["grow", name, "--chunk", "512K"]);
+    env.wait_for(name, "the 512K chunk", &mut serve, |d| {
+        seen_reshaping |= d["state"] == "reshaping";
+        d["state"] != "reshaping" && d["chunk_kib"] == 512
+    });
+    wait_files(20);
+    assert!(seen_reshaping, "no status showed a reshape running");
+    stop.store(true, Ordering::Release);
+    writer.join();
+    let files: Manifest = written.lock().unwrap().iter().map(|(r, s, _)| (r.clone(), *s)).collect();
+    println!("{name}: {} files written, {} kept", count.load(Ordering::Acquire), files.len());
+    verify(&stack.mnt, &files);
+    sh("sync", &[]);
+    stack.ext4.umount();
+    sh("e2fsck", &["-fn", stack.lo.dev()]);
+    stack.ext4 = MountGuard::mount(stack.lo.dev(), &stack.mnt);
+    verify(&stack.mnt, &files);
+    stack.ext4.umount();
+    stack.lo.detach();
+    let c = env.check(name);
+    assert_eq!(c["mismatch_cnt"], 0, "check after the reshapes: {c}");
+    let served_sum = sha256_file(&image);
+    env.stop(&mut serve);
+    drop(stack);
+    drop(fuse);
+    let all = [p(&members[0]), p(&members[1]), p(&spare)];
+    let out = env.uraid_raw(&[&["read"][..], &all[..]].concat());
+    assert!(out.status.success(), "{}", describe("uraid", &["read"], &out));
+    assert_eq!(sha256(&out.stdout), served_sum, "the stopped members hold what was served");
+    if let Some(mdvm) = uraid_testkit::require_shared(&uraid_testkit::MDVM, "exports::migration (real md assembles the result)") {
+        let hex: String = served_sum.iter().map(|b| format!("{b:02x}")).collect();
+        let verify_images = mdvm.join("verify-images");
+        let out = run_limited(p(&verify_images), &[&["--expect-sha256", &hex][..], &all[..]].concat(), &[], HANG);
+        assert!(out.status.success(), "real md: {}", describe("verify-images", &[], &out));
+    }
+}
 
 #[test]
 fn crash_kill9_then_resync() {
