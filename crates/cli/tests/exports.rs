@@ -513,6 +513,19 @@ impl Stack {
         let ext4 = MountGuard::mount(lo.dev(), mnt);
         Stack { ext4, lo, mnt: mnt.to_path_buf() }
     }
+
+    /// The filesystem: every file intact, e2fsck clean, every file intact again after a
+    /// remount; then unmounted and the loop device detached.
+    fn fsck_and_detach(&mut self, files: &Manifest) {
+        verify(&self.mnt, files);
+        sh("sync", &[]);
+        self.ext4.umount();
+        sh("e2fsck", &["-fn", self.lo.dev()]);
+        self.ext4 = MountGuard::mount(self.lo.dev(), &self.mnt);
+        verify(&self.mnt, files);
+        self.ext4.umount();
+        self.lo.detach();
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -773,15 +786,7 @@ fn fuse_failure_and_rebuild(case: &FailureCase) {
     }
     println!("{}: rebuilt at {:.1} s", case.name, t0.elapsed().as_secs_f64());
 
-    // The filesystem: clean, every file intact, before and after a remount.
-    verify(&stack.mnt, &files);
-    sh("sync", &[]);
-    stack.ext4.umount();
-    sh("e2fsck", &["-fn", stack.lo.dev()]);
-    stack.ext4 = MountGuard::mount(stack.lo.dev(), &stack.mnt);
-    verify(&stack.mnt, &files);
-    stack.ext4.umount();
-    stack.lo.detach();
+    stack.fsck_and_detach(&files);
 
     // Redundancy is consistent everywhere.
     let c = env.check(case.name);
@@ -920,14 +925,7 @@ fn fuse_loop_ext4_raid1_becomes_raid5_grows_and_changes_chunk_while_mounted() {
     writer.join();
     let files: Manifest = written.lock().unwrap().iter().map(|(r, s, _)| (r.clone(), *s)).collect();
     println!("{name}: {} files written, {} kept", count.load(Ordering::Acquire), files.len());
-    verify(&stack.mnt, &files);
-    sh("sync", &[]);
-    stack.ext4.umount();
-    sh("e2fsck", &["-fn", stack.lo.dev()]);
-    stack.ext4 = MountGuard::mount(stack.lo.dev(), &stack.mnt);
-    verify(&stack.mnt, &files);
-    stack.ext4.umount();
-    stack.lo.detach();
+    stack.fsck_and_detach(&files);
     let c = env.check(name);
     assert_eq!(c["mismatch_cnt"], 0, "check after the reshapes: {c}");
     let served_sum = sha256_file(&image);
