@@ -9,6 +9,7 @@ pub mod machine;
 pub mod parity;
 pub mod plot;
 pub mod report;
+pub mod reshape;
 pub mod stats;
 pub mod suite;
 pub mod target;

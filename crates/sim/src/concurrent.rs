@@ -46,8 +46,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use uraid_core::geometry::Level;
 use uraid_core::metadata::create::InitialSync;
+use uraid_core::metadata::grow::GrowRequest;
 use uraid_engine::array::{CheckReport, JobKind};
+use uraid_engine::reshape::ReshapingArray;
 use uraid_engine::{Array, ArrayOptions, Member};
+use uraid_engine::{LiveArray, Stage, Volume};
 
 const BLOCK: usize = 4096;
 /// A thread that has made no progress for this long (real time) is reported as hung: a
@@ -89,6 +92,9 @@ pub struct ConcurrentOutcome {
     /// Ranges that member's bad-block log lists at the end.
     pub listed_ranges: u64,
     pub checks: u64,
+    /// A reshape (more members, another chunk or layout) ran under the clients, finished
+    /// before the end or after a crash and restart.
+    pub reshaped: bool,
     /// The most requests (client calls into the array) in flight at once.
     pub max_in_flight: usize,
 }
@@ -371,6 +377,9 @@ struct Plan {
     /// disk at this tick: (tick, disk, runs). The member must stay, the runs that writes
     /// hit listed in its bad-block log (md's rdev_set_badblocks), and no data lost.
     unwritable: Option<(u64, usize, u64)>,
+    /// Reshape the array while the clients run (`uraid grow`): more members (from the
+    /// spare), a doubled chunk, or (RAID5) another layout.
+    reshape: Option<GrowRequest>,
     ops: Vec<u64>,
     blocks: usize,
 }
@@ -428,7 +437,17 @@ fn plan(seed: u64, limits: &ConcurrentLimits) -> Plan {
     // double fault), and not both in one episode.
     let unwritable = (fail_ok && latent.is_none() && (crash_at.is_none() || mirrored) && rng.chance(40))
         .then(|| (rng.range(1, span), other_disk(&mut rng), rng.range(1, 4)));
-    Plan { shape, crash_at, fail, replace, repair, latent, unwritable, ops, blocks }
+    // Reshapes, with crashes at any tick but no other fault yet (a member failing during a
+    // reshape is covered by the engine's crash test only); RAID4/5/6 without a bitmap, as
+    // uraid reshapes them.
+    let reshapable = matches!(level, Level::Raid4 | Level::Raid5 | Level::Raid6) && !shape.bitmap;
+    let quiet = fail.is_none() && latent.is_none() && unwritable.is_none() && !replace;
+    let reshape = (reshapable && quiet && rng.chance(45)).then(|| match rng.below(3) {
+        0 if shape.spares > 0 => GrowRequest { raid_disks: Some(disks as u32 + 1), ..Default::default() },
+        1 if level == Level::Raid5 => GrowRequest { layout: Some((shape.layout.unwrap_or(2) + 1) % 4), ..Default::default() },
+        _ => GrowRequest { chunk_sectors: Some(shape.chunk_kib * 4), ..Default::default() },
+    });
+    Plan { shape, crash_at, fail, replace, repair, latent, unwritable, reshape, ops, blocks }
 }
 
 /// The command that replays `seed`.
@@ -440,8 +459,8 @@ pub fn reproduce_concurrent(seed: u64) -> String {
 pub fn run_concurrent_seed(seed: u64, limits: &ConcurrentLimits) -> Result<ConcurrentOutcome, String> {
     let plan = plan(seed, limits);
     let describe = format!(
-        "{} crash_at={:?} fail={:?} replace={} repair={} latent={:?} unwritable={:?}",
-        plan.shape, plan.crash_at, plan.fail, plan.replace, plan.repair, plan.latent, plan.unwritable
+        "{} crash_at={:?} fail={:?} replace={} repair={} latent={:?} unwritable={:?} reshape={:?}",
+        plan.shape, plan.crash_at, plan.fail, plan.replace, plan.repair, plan.latent, plan.unwritable, plan.reshape
     );
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| episode(seed, limits, &plan)));
     let message = match result {
@@ -491,6 +510,8 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
     let (array, _) = Array::assemble(gated, &opts).map_err(|e| format!("assembly: {e}"))?;
     gate.lock().open = false;
     let array = Arc::new(array);
+    // What the clients use, as the exports do: the same object through a reshape.
+    let live = Arc::new(LiveArray::new(Stage::Plain(array.clone()), "sim".into()));
     let blocks = plan.blocks.min(array.size_bytes() as usize / BLOCK);
     let model = Arc::new(Mutex::new(Model {
         durable: (0..blocks).map(|_| vec![0u8; BLOCK].into()).collect(),
@@ -512,7 +533,7 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
         let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
         for (client, &ops) in plan.ops.iter().enumerate() {
             let (array, model, threads, crashed, errors, started) =
-                (array.clone(), model.clone(), threads.clone(), crashed.clone(), errors.clone(), started_tx.clone());
+                (live.clone(), model.clone(), threads.clone(), crashed.clone(), errors.clone(), started_tx.clone());
             let (in_flight, max_in_flight, clients_left) = (in_flight.clone(), max_in_flight.clone(), clients_left.clone());
             let clients = limits.clients;
             s.spawn(move || {
@@ -584,7 +605,10 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
             s.spawn(move || {
                 let _done = DoneGuard(threads.enter(), None);
                 let _ = started.send(());
-                while clients_left.load(Ordering::Acquire) > 0 && !crashed.load(Ordering::Acquire) {
+                // With a reshape, the job thread alone touches the plain array (as in
+                // `uraid serve`): a clean mark on an array just handed to the reshape would
+                // write the old shape's superblocks.
+                while plan.reshape.is_none() && clients_left.load(Ordering::Acquire) > 0 && !crashed.load(Ordering::Acquire) {
                     // Waits for writes to drain (an engine condition variable) or writes
                     // the clean mark (gated): either way it blocks, never spins.
                     let _ = array.mark_clean();
@@ -598,9 +622,43 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
                 (array.clone(), threads.clone(), crashed.clone(), clients_left.clone(), errors.clone(), started_tx.clone());
             let checks = checks.clone();
             let replacing = replacing.clone();
+            let live = live.clone();
             s.spawn(move || {
                 let _done = DoneGuard(threads.enter(), None);
                 let _ = started.send(());
+                if let Some(req) = &plan.reshape {
+                    if let Err(e) = live.grow(&opts, req) {
+                        if !crashed.load(Ordering::Acquire) {
+                            errors.lock().unwrap_or_else(|e| e.into_inner()).push(format!("the reshape did not start: {e}"));
+                        }
+                        return;
+                    }
+                    // Moved window by window while the clients run; a failed step (the
+                    // crash) ends it, to be continued after the restart.
+                    while let Stage::Reshaping(r) = live.stage() {
+                        if crashed.load(Ordering::Acquire) {
+                            return;
+                        }
+                        match r.step() {
+                            Ok(uraid_engine::reshape::ReshapeStep::Finished) => {
+                                if let Err(e) = live.end_reshape(&opts) {
+                                    if !crashed.load(Ordering::Acquire) {
+                                        errors.lock().unwrap_or_else(|e| e.into_inner()).push(format!("after the reshape: {e}"));
+                                    }
+                                    return;
+                                }
+                            }
+                            Ok(_) => {}
+                            Err(e) => {
+                                if !crashed.load(Ordering::Acquire) {
+                                    errors.lock().unwrap_or_else(|e| e.into_inner()).push(format!("reshape step: {e}"));
+                                }
+                                return;
+                            }
+                        }
+                    }
+                    return;
+                }
                 let mut check_pos = 0u64;
                 if plan.replace {
                     // md's hot replace: d0 keeps serving while the spare is copied, then
@@ -752,11 +810,20 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
     }
     let model = Arc::try_unwrap(model).map_err(|_| "model still shared")?.into_inner().unwrap();
 
+    outcome.reshaped = plan.reshape.is_some();
     if outcome.crashed {
         // The old array may try to close itself while dropped; the disks are off.
         drop(array);
+        drop(live);
         for d in &disks {
             d.power_on();
+        }
+        // A reshape the crash interrupted is continued from the superblocks first.
+        if let Err(uraid_engine::EngineError::ReshapeInProgress { .. }) = build::assemble(&disks, false) {
+            let devices: Vec<Arc<dyn Member>> = disks.iter().map(|d| d.clone() as Arc<dyn Member>).collect();
+            let r = ReshapingArray::open(devices, &opts).map_err(|e| format!("reopening the reshape after the crash: {e}"))?;
+            r.run(&|| false, |_| {}).map_err(|e| format!("continuing the reshape after the crash: {e}"))?;
+            r.close().map_err(|e| format!("closing the reshape: {e}"))?;
         }
         let (array, report) = build::assemble(&disks, false).map_err(|e| format!("restart after the crash: {e}"))?;
         let report_needed = report.needs_resync;
@@ -785,7 +852,16 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
         return Ok(outcome);
     }
 
-    // No crash: every block reads back its latest acknowledged write, degraded or not.
+    // No crash: a reshape still running is finished (the clients are done), then every
+    // block reads back its latest acknowledged write, degraded or not.
+    if let Stage::Reshaping(r) = live.stage() {
+        r.run(&|| false, |_| {}).map_err(|e| format!("finishing the reshape: {e}"))?;
+        live.end_reshape(&opts).map_err(|e| format!("after the reshape: {e}"))?;
+    }
+    let array = match live.stage() {
+        Stage::Plain(a) => a,
+        Stage::Reshaping(_) => return Err("the reshape did not end".into()),
+    };
     for b in 0..blocks {
         let mut got = vec![0u8; BLOCK];
         array.read((b * BLOCK) as u64, &mut got).map_err(|e| format!("final read of block {b}: {e}"))?;

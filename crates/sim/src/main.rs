@@ -148,7 +148,7 @@ fn concurrent_main(args: &Args) -> ExitCode {
     let began = Instant::now();
     let (mut passed, mut failed) = (0u64, Vec::new());
     let (mut ops, mut ticks, mut crashes, mut member_failures, mut checks, mut max_in_flight) = (0u64, 0u64, 0u64, 0u64, 0u64, 0usize);
-    let mut replaces = 0u64;
+    let (mut replaces, mut reshapes) = (0u64, 0u64);
     let (mut latent_episodes, mut corrected) = (0u64, 0u64);
     let (mut unwritable_episodes, mut listed) = (0u64, 0u64);
     let mut seed = start;
@@ -162,6 +162,7 @@ fn concurrent_main(args: &Args) -> ExitCode {
                 member_failures += o.member_failed as u64;
                 checks += o.checks;
                 replaces += o.replaced as u64;
+                reshapes += o.reshaped as u64;
                 latent_episodes += o.latent_sectors as u64;
                 corrected += o.read_errors_corrected;
                 unwritable_episodes += o.unwritable_sectors as u64;
@@ -180,7 +181,7 @@ fn concurrent_main(args: &Args) -> ExitCode {
     }
     println!(
         "concurrent: {} seeds in {:.1} s: {passed} passed, {} failed; {ops} operations, {ticks} member ticks, {crashes} crashes, \
-         {member_failures} member failures, {replaces} hot replaces, {latent_episodes} with latent sectors ({corrected} read errors \
+         {member_failures} member failures, {replaces} hot replaces, {reshapes} reshapes, {latent_episodes} with latent sectors ({corrected} read errors \
          corrected), {unwritable_episodes} with unwritable sectors ({listed} ranges listed at the end), {checks} check steps; \
          max in flight: {max_in_flight}",
         passed + failed.len() as u64,

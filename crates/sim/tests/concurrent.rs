@@ -1,7 +1,8 @@
 //! 1000 concurrent episodes (8 clients, a cleaner and a job thread each; crashes, member
 //! failures, latent bad sectors healed from redundancy, sectors no write can fix listed in
 //! the bad-block log, rebuilds, hot replaces, checks and
-//! repairs while requests are in flight), two episodes at a time.
+//! repairs, reshapes crashed at any tick and continued, while requests are in flight), two
+//! episodes at a time.
 //! The long run: `cargo run -p uraid-sim --release -- --concurrent --seeds 0..20000`.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -16,6 +17,7 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
     let (crashes, member_failures, replaces) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let (latent, corrected) = (AtomicU64::new(0), AtomicU64::new(0));
     let (unwritable, listed) = (AtomicU64::new(0), AtomicU64::new(0));
+    let (reshapes, reshapes_crashed) = (AtomicU64::new(0), AtomicU64::new(0));
     let failures = Mutex::new(Vec::new());
     // Each episode waits for its own threads only, so two run side by side.
     std::thread::scope(|s| {
@@ -35,6 +37,8 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
                         corrected.fetch_add(o.read_errors_corrected, Ordering::Relaxed);
                         unwritable.fetch_add(o.unwritable_sectors as u64, Ordering::Relaxed);
                         listed.fetch_add(o.listed_ranges, Ordering::Relaxed);
+                        reshapes.fetch_add(o.reshaped as u64, Ordering::Relaxed);
+                        reshapes_crashed.fetch_add((o.reshaped && o.crashed) as u64, Ordering::Relaxed);
                     }
                     Err(f) => {
                         eprintln!("{f}\n");
@@ -48,14 +52,16 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
     let max = max_in_flight.load(Ordering::Relaxed);
     eprintln!(
         "concurrent: 1000 seeds, {} crashes, {} member failures, {} hot replaces, {} with latent sectors ({} read errors corrected), \
-         {} with unwritable sectors ({} ranges listed); max in flight: {max}",
+         {} with unwritable sectors ({} ranges listed), {} reshapes ({} crashed); max in flight: {max}",
         crashes.load(Ordering::Relaxed),
         member_failures.load(Ordering::Relaxed),
         replaces.load(Ordering::Relaxed),
         latent.load(Ordering::Relaxed),
         corrected.load(Ordering::Relaxed),
         unwritable.load(Ordering::Relaxed),
-        listed.load(Ordering::Relaxed)
+        listed.load(Ordering::Relaxed),
+        reshapes.load(Ordering::Relaxed),
+        reshapes_crashed.load(Ordering::Relaxed)
     );
     assert!(
         failures.is_empty(),
@@ -77,5 +83,10 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
     assert!(
         unwritable.load(Ordering::Relaxed) > 50 && listed.load(Ordering::Relaxed) > 20,
         "the seeds should plant unwritable sectors and have writes meet them"
+    );
+    // Reshapes under the clients, some of them crashed part-way and continued.
+    assert!(
+        reshapes.load(Ordering::Relaxed) > 50 && reshapes_crashed.load(Ordering::Relaxed) > 20,
+        "the seeds should reshape under load and crash during reshapes"
     );
 }

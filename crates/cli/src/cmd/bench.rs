@@ -46,9 +46,49 @@ enum Workload {
     Parity(ParityArgs),
     /// The same fio jobs in-process, through NBD, through the FUSE file and on a plain file.
     Exports(ExportsArgs),
+    /// A reshape (more members, or another chunk) against its bound: reading the old shape
+    /// and writing the new one at the members' speed; 4K read latency during it.
+    Reshape(ReshapeArgs),
     /// Member I/O of one request: rayon pool (the engine's) vs serial vs io_uring, on tmpfs,
     /// O_DIRECT files and loop devices (docs/BENCH.md, "io_uring: where it pays off").
     Uring(UringArgs),
+}
+
+/// One array of a bench: where, which level, how many members, chunk and size.
+#[derive(Args, Clone)]
+struct OneArrayArgs {
+    /// Folder for the member files (default: a new folder in /dev/shm if it is tmpfs, else
+    /// in the system temp dir).
+    #[arg(long)]
+    dir: Option<std::path::PathBuf>,
+    /// RAID level.
+    #[arg(long, default_value = "5")]
+    level: String,
+    /// Members.
+    #[arg(long, default_value_t = 4)]
+    members: usize,
+    /// Chunk size.
+    #[arg(long, default_value = "64K")]
+    chunk: String,
+    /// Array size (the region the workload covers).
+    #[arg(long, default_value = "256M")]
+    size: String,
+}
+
+#[derive(Args, Clone)]
+struct ReshapeArgs {
+    /// The array before the reshape (level 4, 5 or 6).
+    #[command(flatten)]
+    array: OneArrayArgs,
+    /// Members after the reshape (default: one more), unless --to-chunk is given.
+    #[arg(long)]
+    to_members: Option<u32>,
+    /// Chunk after the reshape (a chunk change with the same members).
+    #[arg(long)]
+    to_chunk: Option<String>,
+    /// Print one JSON record and nothing else on stdout.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Clone)]
@@ -120,21 +160,8 @@ struct UringArgs {
 
 #[derive(Args, Clone)]
 struct ExportsArgs {
-    /// Folder for the member files (default: /dev/shm if it is tmpfs, else the temp dir).
-    #[arg(long)]
-    dir: Option<std::path::PathBuf>,
-    /// RAID level.
-    #[arg(long, default_value = "5")]
-    level: String,
-    /// Members.
-    #[arg(long, default_value_t = 4)]
-    members: usize,
-    /// Chunk size.
-    #[arg(long, default_value = "64K")]
-    chunk: String,
-    /// Region the jobs run over.
-    #[arg(long, default_value = "256M")]
-    size: String,
+    #[command(flatten)]
+    array: OneArrayArgs,
     /// Seconds per job.
     #[arg(long, default_value_t = 3)]
     seconds: u64,
@@ -292,6 +319,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
         Some(Workload::Disks(a)) => run_disks(a),
         Some(Workload::Exports(a)) => run_exports(a),
         Some(Workload::Uring(a)) => run_uring(a),
+        Some(Workload::Reshape(a)) => run_reshape(a),
         Some(Workload::Compare(c)) => run_compare(c),
         Some(Workload::All(s)) => run_suite(s, &W::ALL),
         Some(Workload::Seq(s)) => run_suite(s, &[W::Seq]),
@@ -302,6 +330,43 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
         Some(Workload::Rebuild(s)) => run_suite(s, &[W::Rebuild]),
         None => run_suite(args.suite, &W::ALL),
     }
+}
+
+fn run_reshape(a: ReshapeArgs) -> Result<ExitCode> {
+    use uraid_core::metadata::grow::GrowRequest;
+    let dir = bench_dir(&a.array.dir)?;
+    let level = crate::cmd::create::parse_level(&a.array.level)?;
+    let chunk_bytes = u32::try_from(crate::util::parse_size(&a.array.chunk)?)?;
+    let change = match (&a.to_chunk, a.to_members) {
+        (Some(c), _) => GrowRequest { chunk_sectors: Some(u32::try_from(crate::util::parse_size(c)? / 512)?), ..Default::default() },
+        (None, m) => GrowRequest { raid_disks: Some(m.unwrap_or(a.array.members as u32 + 1)), ..Default::default() },
+    };
+    let cfg = uraid_bench::reshape::ReshapeBenchConfig {
+        dir: dir.path().to_path_buf(),
+        level,
+        members: a.array.members,
+        chunk_bytes,
+        data_bytes: crate::util::parse_size(&a.array.size)?,
+        change,
+    };
+    let quiet = a.json;
+    let r = uraid_bench::reshape::run(&cfg, &mut |m| {
+        if !quiet {
+            eprintln!("bench reshape: {m}");
+        }
+    })
+    .map_err(anyhow::Error::msg)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&r)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let p99 = |l: &Option<uraid_bench::stats::Latency>| l.as_ref().map_or("-".to_string(), |l| format!("{:.0} µs", l.p99_us));
+    println!("{} {}: {} MiB -> {} MiB", r.level, r.change, r.array_bytes_before >> 20, r.array_bytes_after >> 20);
+    println!("  reshape      {:>8.2} s  {:>8.1} MB/s of new-shape array", r.seconds, r.mb_per_s);
+    println!("  bound        {:>8.2} s  (read old + write new on every member at once, same folder)", r.bound_seconds);
+    println!("  ratio        {:>8.2}    (bound / reshape; 1.0 = the members' speed)", r.ratio);
+    println!("  4K read p99  {} idle, {} while reshaping", p99(&r.read_idle), p99(&r.read_reshaping));
+    Ok(ExitCode::SUCCESS)
 }
 
 fn sizes(v: &[String]) -> Result<Vec<u64>> {
@@ -448,13 +513,13 @@ impl StatusLine {
 }
 
 fn run_exports(a: ExportsArgs) -> Result<ExitCode> {
-    let tmp = bench_dir(&a.dir)?;
+    let tmp = bench_dir(&a.array.dir)?;
     let cfg = uraid_bench::exports::ExportsConfig {
         dir: tmp.path().to_path_buf(),
-        level: crate::cmd::create::parse_level(&a.level)?,
-        members: a.members,
-        chunk_bytes: u32::try_from(crate::util::parse_size(&a.chunk)?)?,
-        region_bytes: crate::util::parse_size(&a.size)?,
+        level: crate::cmd::create::parse_level(&a.array.level)?,
+        members: a.array.members,
+        chunk_bytes: u32::try_from(crate::util::parse_size(&a.array.chunk)?)?,
+        region_bytes: crate::util::parse_size(&a.array.size)?,
         time: Duration::from_secs(a.seconds),
     };
     uraid_parity::selection();
