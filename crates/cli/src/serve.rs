@@ -325,7 +325,10 @@ impl Served {
                         Some(l) => uraid_core::geometry::Level::from_md(l).map_err(|e| anyhow::anyhow!("{e}"))?,
                         None => a.level(),
                     };
-                    let layout = layout.as_deref().map(|l| crate::cmd::create::parse_layout(target, l)).transpose()?;
+                    let layout = match layout.as_deref() {
+                        Some(l) => crate::cmd::grow::grow_layout(l, a.level(), a.layout(), target)?,
+                        None => None,
+                    };
                     let req = GrowRequest { level, raid_disks: raid_devices, layout, chunk_sectors };
                     {
                         let job = self.job.lock().unwrap_or_else(|e| e.into_inner());

@@ -28,10 +28,13 @@ fn with_devs<'a>(args: &[&'a str], devs: &'a [String]) -> Vec<&'a str> {
 
 /// Creates an array of `level` with `n` members and one spare, `extra` create options, and
 /// fills it with seeded bytes; returns the device names and the content.
+/// (A RAID0 gets no spare: md has no use for one.)
 fn filled(dir: &Path, level: &str, n: usize, extra: &[&str]) -> (Vec<String>, Vec<u8>) {
-    let devs: Vec<String> = (0..=n).map(|i| format!("d{i}")).collect();
+    let spares = usize::from(level != "0");
+    let devs: Vec<String> = (0..n + spares).map(|i| format!("d{i}")).collect();
     let n_text = n.to_string();
-    let mut args = vec!["create", "-f", "-l", level, "-n", &n_text, "-x", "1", "--size", "12M"];
+    let spares_text = spares.to_string();
+    let mut args = vec!["create", "-f", "-l", level, "-n", &n_text, "-x", &spares_text, "--size", "12M"];
     if level != "1" {
         args.extend_from_slice(&["-c", "64K"]);
     }
@@ -169,4 +172,61 @@ fn takeovers_keep_the_content_from_raid1_to_raid6_and_back() {
     assert_eq!(read_prefix(dir, &devs, content.len()), content, "content back as RAID5");
     let ex = json(&ok(dir, &with_devs(&["examine", "--json"], &devs)));
     assert_eq!(ex[3]["role"].as_str(), Some("spare"), "Q's member is a spare again: {ex}");
+}
+
+#[test]
+fn raid0_becomes_raid4_or_raid5_degraded_as_md_leaves_it_and_back() {
+    for to in ["4", "5"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let (devs, content) = filled(dir, "0", 3, &[]);
+        ok(dir, &with_devs(&["grow", "-q", "--level", to], &devs));
+        let ex = json(&ok(dir, &with_devs(&["examine", "--json"], &devs)));
+        assert_eq!(
+            (ex[0]["level"].as_str(), ex[0]["raid_devices"].as_u64()),
+            (Some(if to == "4" { "raid4" } else { "raid5" }), Some(4)),
+            "{ex}"
+        );
+        // No spare: the parity member is missing, as md leaves it for a later --add.
+        let out = ok(dir, &with_devs(&["read", "--run"], &devs));
+        assert_eq!(&out.stdout[..content.len()], &content[..], "content as a degraded RAID{to}");
+        // Back to RAID0: md wants the parity member gone, which it is.
+        ok(dir, &with_devs(&["grow", "-q", "--level", "0"], &devs));
+        let ex = json(&ok(dir, &with_devs(&["examine", "--json"], &devs)));
+        assert_eq!((ex[0]["level"].as_str(), ex[0]["raid_devices"].as_u64()), (Some("raid0"), Some(3)), "{ex}");
+        assert_eq!(read_prefix(dir, &devs, content.len()), content, "content back as RAID0");
+    }
+    // A RAID5 that is not parity-last cannot become a RAID0: refused, nothing written.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (devs, _) = filled(dir, "5", 3, &[]);
+    let before = sums(dir, &devs);
+    let out = run(dir, &with_devs(&["grow", "--level", "0"], &devs));
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("parity-last"), "{}", describe("uraid", &[], &out));
+    assert_eq!(sums(dir, &devs), before);
+}
+
+#[test]
+fn raid5_to_raid6_normalised_is_restriped_to_the_rotating_layout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (devs, content) = filled(dir, "5", 3, &[]);
+    // mdadm --grow --level 6 --layout normalise: the takeover (Q rebuilt on the spare),
+    // then a layout reshape from left-symmetric-6 to left-symmetric.
+    ok(dir, &with_devs(&["grow", "-q", "--level", "6", "--layout", "normalise"], &devs));
+    let ex = json(&ok(dir, &with_devs(&["examine", "--json"], &devs)));
+    assert_eq!((ex[0]["level"].as_str(), ex[0]["layout"].as_str()), (Some("raid6"), Some("left-symmetric")), "{ex}");
+    assert_eq!(read_prefix(dir, &devs, content.len()), content, "content as a rotating RAID6");
+    let two_left: Vec<String> = devs[..2].to_vec();
+    let out = ok(dir, &with_devs(&["read", "--run"], &two_left));
+    assert_eq!(&out.stdout[..content.len()], &content[..], "RAID6 read with two members missing");
+    // Normalising what is already rotating changes nothing, and says so.
+    let before = sums(dir, &devs);
+    let out = run(dir, &with_devs(&["grow", "--layout", "normalise"], &devs));
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("nothing to change"),
+        "{}",
+        describe("uraid", &[], &out)
+    );
+    assert_eq!(sums(dir, &devs), before);
 }

@@ -8,6 +8,7 @@
 //! one. Nothing a superblock says is used to size an allocation before that.
 
 use crate::member::Member;
+use std::sync::Arc;
 use uraid_core::metadata::check::{check_bitmap, check_superblock, SuperblockProblem};
 use uraid_core::metadata::{superblock_locations, BitmapSuperblock, MetadataError, MetadataVersion, Superblock, SuperblockLocation};
 
@@ -24,6 +25,9 @@ pub struct Probe {
     /// with the reason, in `rejected`). Never assembled; they still mark the device as
     /// holding md metadata.
     pub invalid: Vec<(SuperblockLocation, Superblock)>,
+    /// Locations whose read failed with an I/O error (not for being past the end of a
+    /// short device): (version, offset, the error).
+    pub unreadable: Vec<(MetadataVersion, u64, String)>,
 }
 
 impl Probe {
@@ -38,6 +42,20 @@ impl Probe {
     pub fn any(&self) -> Option<&(SuperblockLocation, Superblock)> {
         self.best().or(self.invalid.first())
     }
+
+    /// No superblock found because the device failed to read where one would be: a dying
+    /// member, which assembly leaves out as missing (mdadm skips a device it cannot read),
+    /// unlike a readable device with no superblock (the wrong device: refused).
+    pub fn failed_to_read(&self) -> bool {
+        self.best().is_none() && self.invalid.is_empty() && !self.unreadable.is_empty()
+    }
+}
+
+/// Splits `devices` into those that may be assembled and the labels of those that failed
+/// to read where a superblock would be ([`Probe::failed_to_read`]): md's missing members.
+pub fn split_unreadable(devices: Vec<Arc<dyn Member>>) -> (Vec<Arc<dyn Member>>, Vec<String>) {
+    let (unreadable, readable): (Vec<_>, Vec<_>) = devices.into_iter().partition(|d| probe(d.as_ref()).failed_to_read());
+    (readable, unreadable.iter().map(|d| d.label().to_string()).collect())
 }
 
 /// Why a decoded superblock found at `loc` cannot be used on `member`, if it cannot.
@@ -60,10 +78,13 @@ pub fn unusable_reason(member: &dyn Member, loc: &SuperblockLocation, sb: &Super
 
 pub fn probe(member: &dyn Member) -> Probe {
     let size = member.size_bytes();
-    let mut probe = Probe { found: Vec::new(), rejected: Vec::new(), invalid: Vec::new() };
+    let mut probe = Probe { found: Vec::new(), rejected: Vec::new(), invalid: Vec::new(), unreadable: Vec::new() };
     for loc in superblock_locations(size) {
         let mut bytes = vec![0u8; loc.len_bytes];
-        if member.read_at(&mut bytes, loc.offset_bytes).is_err() {
+        if let Err(e) = member.read_at(&mut bytes, loc.offset_bytes) {
+            if e.kind() != std::io::ErrorKind::UnexpectedEof {
+                probe.unreadable.push((loc.version, loc.offset_bytes, e.to_string()));
+            }
             continue;
         }
         match Superblock::decode(loc.version, &bytes) {

@@ -326,3 +326,28 @@ fn a_rebuild_with_nothing_left_to_rebuild_a_range_from_lists_it_on_the_new_membe
         assert!((1..=3).contains(&lost), "{level:?}: {lost} 4 KiB blocks unreadable");
     }
 }
+
+/// A member whose superblock cannot be read (a dying disk, I/O errors) is missing, as
+/// mdadm skips a device it cannot read: the rest assembles degraded with the content. A
+/// readable device without a superblock is still refused (the wrong device was given).
+#[test]
+fn a_member_that_cannot_be_read_is_left_out_at_assembly() {
+    let r = rig(&shape(Level::Raid5, 4), true, 20, 7);
+    let model = r.model.clone();
+    drop(r.array);
+    r.bad[2].hooks.gone.store(true, std::sync::atomic::Ordering::SeqCst);
+    let devs: Vec<Arc<dyn Member>> = r.bad.iter().map(|b| b.clone() as Arc<dyn Member>).collect();
+    let mut opts = ArrayOptions { writable: true, ..Default::default() };
+    // Missing, it is one more active member not given: md's rule for those holds (--run).
+    assert!(matches!(Array::assemble(devs.clone(), &opts), Err(uraid_engine::EngineError::Refused(_))));
+    opts.assemble.run = true;
+    let (array, report) = Array::assemble(devs.clone(), &opts).expect("assembles without the unreadable member");
+    assert_eq!(report.degraded_roles, vec![2], "{report:?}");
+    assert!(report.warnings.iter().any(|w| w.contains("cannot be read")), "{report:?}");
+    assert_eq!(read_all(&array), model);
+    drop(array);
+    let blank: Arc<dyn Member> = Arc::new(MemMember::zeroed("blank", 4 << 20));
+    let mut with_blank = devs;
+    with_blank[2] = blank;
+    assert!(Array::assemble(with_blank, &opts).is_err(), "a device with no superblock is refused");
+}

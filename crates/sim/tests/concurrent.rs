@@ -1,7 +1,8 @@
 //! 1000 concurrent episodes (8 clients, a cleaner and a job thread each; crashes, member
 //! failures, latent bad sectors healed from redundancy, sectors no write can fix listed in
 //! the bad-block log, rebuilds, hot replaces, checks and
-//! repairs, reshapes crashed at any tick and continued, while requests are in flight), two
+//! repairs, reshapes crashed at any tick and continued or with a member failing or bad
+//! sectors appearing while they run, while requests are in flight), two
 //! episodes at a time.
 //! The long run: `cargo run -p uraid-sim --release -- --concurrent --seeds 0..20000`.
 
@@ -18,6 +19,8 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
     let (latent, corrected) = (AtomicU64::new(0), AtomicU64::new(0));
     let (unwritable, listed) = (AtomicU64::new(0), AtomicU64::new(0));
     let (reshapes, reshapes_crashed) = (AtomicU64::new(0), AtomicU64::new(0));
+    // Reshapes during which a member failed, a latent sector or an unwritable one appeared.
+    let (reshape_member_failures, reshape_latent, reshape_unwritable) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let failures = Mutex::new(Vec::new());
     // Each episode waits for its own threads only, so two run side by side.
     std::thread::scope(|s| {
@@ -39,6 +42,10 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
                         listed.fetch_add(o.listed_ranges, Ordering::Relaxed);
                         reshapes.fetch_add(o.reshaped as u64, Ordering::Relaxed);
                         reshapes_crashed.fetch_add((o.reshaped && o.crashed) as u64, Ordering::Relaxed);
+                        let during = o.reshaped && o.reshape_faulted;
+                        reshape_member_failures.fetch_add((during && o.member_failed) as u64, Ordering::Relaxed);
+                        reshape_latent.fetch_add((during && o.latent_sectors) as u64, Ordering::Relaxed);
+                        reshape_unwritable.fetch_add((during && o.unwritable_sectors) as u64, Ordering::Relaxed);
                     }
                     Err(f) => {
                         eprintln!("{f}\n");
@@ -52,7 +59,8 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
     let max = max_in_flight.load(Ordering::Relaxed);
     eprintln!(
         "concurrent: 1000 seeds, {} crashes, {} member failures, {} hot replaces, {} with latent sectors ({} read errors corrected), \
-         {} with unwritable sectors ({} ranges listed), {} reshapes ({} crashed); max in flight: {max}",
+         {} with unwritable sectors ({} ranges listed), {} reshapes ({} crashed, {} with a member failing, {} with latent and {} with unwritable sectors appearing during the reshape); \
+         max in flight: {max}",
         crashes.load(Ordering::Relaxed),
         member_failures.load(Ordering::Relaxed),
         replaces.load(Ordering::Relaxed),
@@ -61,7 +69,10 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
         unwritable.load(Ordering::Relaxed),
         listed.load(Ordering::Relaxed),
         reshapes.load(Ordering::Relaxed),
-        reshapes_crashed.load(Ordering::Relaxed)
+        reshapes_crashed.load(Ordering::Relaxed),
+        reshape_member_failures.load(Ordering::Relaxed),
+        reshape_latent.load(Ordering::Relaxed),
+        reshape_unwritable.load(Ordering::Relaxed)
     );
     assert!(
         failures.is_empty(),
@@ -88,5 +99,12 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
     assert!(
         reshapes.load(Ordering::Relaxed) > 50 && reshapes_crashed.load(Ordering::Relaxed) > 20,
         "the seeds should reshape under load and crash during reshapes"
+    );
+    // Faults during reshapes: a degraded reshape, reads healed and writes failing mid-way.
+    assert!(
+        reshape_member_failures.load(Ordering::Relaxed) > 10
+            && reshape_latent.load(Ordering::Relaxed) > 5
+            && reshape_unwritable.load(Ordering::Relaxed) >= 3,
+        "the seeds should fail members and plant bad sectors while reshapes run"
     );
 }

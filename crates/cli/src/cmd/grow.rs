@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use uraid_core::assemble::AssembleOptions;
 use uraid_core::geometry::Level;
-use uraid_core::metadata::grow::GrowRequest;
+use uraid_core::metadata::grow::{GrowRequest, LayoutWord};
 use uraid_engine::reshape::{take_over, ReshapeStep, ReshapingArray};
 use uraid_engine::{Array, ArrayOptions};
 
@@ -29,7 +29,8 @@ pub struct GrowArgs {
     #[arg(long = "continue", conflicts_with_all = ["level", "raid_devices", "chunk", "layout"])]
     continue_reshape: bool,
     /// New level (mdadm -l/--level): the takeovers md makes in place (RAID1 with 2 members
-    /// <-> RAID5, RAID4 <-> RAID5 parity-last, RAID5 <-> RAID6 with Q on a spare).
+    /// <-> RAID5, RAID4 <-> RAID5 parity-last, RAID5 <-> RAID6 with Q on a spare, RAID0 <->
+    /// RAID4/5 parity-last with parity on a spare or missing).
     #[arg(long, short = 'l')]
     level: Option<String>,
     /// New member count (mdadm -n/--raid-devices); the added members are taken from the
@@ -39,7 +40,9 @@ pub struct GrowArgs {
     /// New chunk size, e.g. 512K (mdadm -c/--chunk).
     #[arg(long, short = 'c')]
     chunk: Option<String>,
-    /// New layout, by mdadm's name (mdadm --layout), e.g. left-asymmetric.
+    /// New layout, by mdadm's name (mdadm --layout), e.g. left-asymmetric; or `preserve`
+    /// (RAID5 -> RAID6: keep the *-6 layout, the default) or `normalise` (RAID6: restripe
+    /// a *-6 layout to md's rotating one, after the takeover from RAID5).
     #[arg(long)]
     layout: Option<String>,
     /// Stop once this many array sectors are in the new shape and record the position
@@ -89,9 +92,19 @@ fn nothing_asked(a: &GrowArgs) -> bool {
     a.level.is_none() && a.raid_devices.is_none() && a.chunk.is_none() && a.layout.is_none()
 }
 
-/// The change asked for, or `None` for --continue. `level`: the array's level now (the
-/// layout is read as one of the target level's).
-fn request(a: &GrowArgs, level: Level) -> Result<Option<GrowRequest>> {
+/// `--layout L` for a change to `target` on an array whose level and layout are `level`
+/// and `layout` now: a layout of the target level (name or number), or mdadm's `preserve`
+/// or `normalise` ([`LayoutWord`]).
+pub fn grow_layout(s: &str, level: Level, layout: u32, target: Level) -> Result<Option<u32>> {
+    match LayoutWord::parse(s) {
+        Some(word) => Ok(word.layout(level.to_md(), layout, target.to_md())?),
+        None => Ok(Some(crate::cmd::create::parse_layout(target, s)?)),
+    }
+}
+
+/// The change asked for, or `None` for --continue. `level`, `layout`: the array's now (the
+/// layout asked is read as one of the target level's).
+fn request(a: &GrowArgs, level: Level, layout: u32) -> Result<Option<GrowRequest>> {
     if a.continue_reshape {
         return Ok(None);
     }
@@ -101,7 +114,10 @@ fn request(a: &GrowArgs, level: Level) -> Result<Option<GrowRequest>> {
     let new_level = a.level.as_deref().map(parse_level).transpose()?;
     let target = new_level.map(Level::from_md).transpose().map_err(|e| anyhow::anyhow!("{e}"))?.unwrap_or(level);
     let chunk_sectors = a.chunk.as_deref().map(chunk_sectors).transpose()?;
-    let layout = a.layout.as_deref().map(|l| crate::cmd::create::parse_layout(target, l)).transpose()?;
+    let layout = match a.layout.as_deref() {
+        Some(l) => grow_layout(l, level, layout, target)?,
+        None => None,
+    };
     Ok(Some(GrowRequest { level: new_level, raid_disks: a.raid_devices, layout, chunk_sectors }))
 }
 
@@ -139,11 +155,11 @@ pub fn run(a: GrowArgs) -> Result<ExitCode> {
     let members = open_members(&a.devices, true, a.io.mode())?;
     let opts =
         ArrayOptions { assemble: AssembleOptions { array_uuid: None, force: a.force, run: a.run }, writable: true, ..Default::default() };
-    let level = match uraid_engine::scan::probe(members[0].as_ref()).best() {
-        Some((_, sb)) => Level::from_md(sb.level().raw()).map_err(|e| anyhow::anyhow!("{e}"))?,
+    let (level, layout) = match uraid_engine::scan::probe(members[0].as_ref()).best() {
+        Some((_, sb)) => (Level::from_md(sb.level().raw()).map_err(|e| anyhow::anyhow!("{e}"))?, sb.shape().layout),
         None => bail!("{}: no md superblock found", members[0].label()),
     };
-    let array = match request(&a, level)? {
+    let array = match request(&a, level, layout)? {
         None => ReshapingArray::open(members, &opts)?,
         Some(req) => {
             let rest = match take_over(&members, &opts, &req)? {
@@ -151,6 +167,9 @@ pub fn run(a: GrowArgs) -> Result<ExitCode> {
                 Some(t) => {
                     if !a.quiet && !a.json {
                         eprintln!("uraid: taken over as RAID{} with {} members", t.level, t.raid_disks);
+                        if level == Level::Raid0 && t.rebuilt.is_none() {
+                            eprintln!("uraid: it has no parity member yet (degraded, as md leaves it): add one (uraid add) to rebuild it");
+                        }
                     }
                     if t.rebuilt.is_some() {
                         // RAID5 -> RAID6: Q is rebuilt on the spare now (offline, nothing else runs).

@@ -19,7 +19,7 @@ use crate::geometry::Algorithm;
 /// What to change (mdadm --grow's options); `None` keeps the current value.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GrowRequest {
-    /// md level number (1, 4, 5, 6): a takeover ([`plan_takeover`]).
+    /// md level number (0, 1, 4, 5, 6): a takeover ([`plan_takeover`]).
     pub level: Option<i32>,
     pub raid_disks: Option<u32>,
     pub layout: Option<u32>,
@@ -74,6 +74,10 @@ pub enum GrowError {
     TooFewMembers { level: i32, min: u32 },
     #[error("growing to {wanted} members needs {needed} spare(s); the array has {have}: add them first (uraid add), as with mdadm --add before --grow")]
     NeedSpares { wanted: u32, needed: usize, have: usize },
+    #[error("the spare holds {have} sectors of data, the array needs {needed} per member: add a larger one")]
+    SpareTooSmall { have: u64, needed: u64 },
+    #[error("--layout normalise restripes a RAID6 from a *-6 layout (Q on the last member) to md's rotating one; this is a RAID{0}")]
+    Normalise(i32),
     #[error("chunk {0} sectors: a chunk must be a power of two of at least 4 KiB")]
     Chunk(u32),
     #[error("the member size ({size} sectors) is not a multiple of the new chunk ({chunk} sectors); md refuses it: make the size a multiple first (--size)")]
@@ -207,8 +211,30 @@ pub struct Takeover {
     pub chunk_sectors: u32,
     pub raid_disks: u32,
     /// A spare (by `dev_number`) taking the new last role, rebuilt from the others (RAID5
-    /// to RAID6: the Q member).
+    /// to RAID6: the Q member; RAID0 to RAID4/5: the parity member).
     pub rebuilt: Option<(u32, u16)>,
+    /// md's `dev_sectors` after the change, when it changes (RAID0 keeps none; RAID0 to
+    /// RAID4/5 takes its zone's size per member).
+    pub size_sectors: Option<u64>,
+}
+
+/// What a takeover needs to know of every device given (members and spares).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceSize {
+    pub dev_number: u32,
+    pub data_sectors: u64,
+}
+
+/// The one zone of a RAID0 whose members all hold the same number of whole chunks (md's
+/// `raid45_takeover_raid0` takes over nothing else): the sectors each member holds.
+fn raid0_single_zone(sb: &Superblock1, devices: &[DeviceSize]) -> Result<u64, &'static str> {
+    let chunk = u64::from(sb.chunksize_sectors.max(1));
+    let mut sizes = devices.iter().filter(|d| sb.dev_roles.get(d.dev_number as usize).is_some_and(|&r| u32::from(r) < sb.raid_disks));
+    let first = sizes.next().ok_or(" (no member was given)")?.data_sectors / chunk * chunk;
+    if sizes.any(|d| d.data_sectors / chunk * chunk != first) {
+        return Err(" with members of different sizes (more than one zone)");
+    }
+    Ok(first)
 }
 
 /// md's chunk for a RAID1 taken over as RAID5 (raid5.c `raid5_takeover_raid1`): 64K, halved
@@ -224,12 +250,54 @@ fn raid1_takeover_chunk(size_sectors: u64) -> Option<u32> {
 /// Plans the level change `req.level` asks for, if any (`None`: same level, or none
 /// asked). A member count, chunk or layout in the same request is a reshape after it
 /// ([`GrowRequest::after_takeover`]).
-pub fn plan_takeover(sb: &Superblock1, req: &GrowRequest, spares: &[u32]) -> Result<Option<Takeover>, GrowError> {
+pub fn plan_takeover(sb: &Superblock1, req: &GrowRequest, spares: &[u32], devices: &[DeviceSize]) -> Result<Option<Takeover>, GrowError> {
     let Some(to) = req.level.filter(|&l| l != sb.level) else { return Ok(None) };
     let from = sb.level;
     let refuse = |hint: &'static str| Err(GrowError::Takeover { from, to, hint });
-    let same = |raid_disks: u32, layout: u32, chunk_sectors: u32| Takeover { level: to, layout, chunk_sectors, raid_disks, rebuilt: None };
+    let same = |raid_disks: u32, layout: u32, chunk_sectors: u32| Takeover {
+        level: to,
+        layout,
+        chunk_sectors,
+        raid_disks,
+        rebuilt: None,
+        size_sectors: None,
+    };
     let t = match (from, to) {
+        // raid5.c `raid45_takeover_raid0`: one member more, parity-last (md's
+        // ALGORITHM_PARITY_N for RAID4 too), the data where it was. With no spare the new
+        // array is degraded, as md leaves it for a later --add; a spare given takes the
+        // parity role at once and is rebuilt.
+        (0, 4 | 5) => {
+            let zone = match raid0_single_zone(sb, devices) {
+                Ok(z) => z,
+                Err(hint) => return refuse(hint),
+            };
+            let rebuilt = match spares.first() {
+                Some(&spare) => {
+                    let have = devices.iter().find(|d| d.dev_number == spare).map_or(0, |d| d.data_sectors);
+                    if have < zone {
+                        return Err(GrowError::SpareTooSmall { have, needed: zone });
+                    }
+                    Some((spare, sb.raid_disks as u16))
+                }
+                None => None,
+            };
+            Takeover {
+                level: to,
+                layout: Algorithm::ParityLast.to_md(),
+                chunk_sectors: sb.chunksize_sectors,
+                raid_disks: sb.raid_disks + 1,
+                rebuilt,
+                size_sectors: Some(zone),
+            }
+        }
+        // raid0.c `raid0_takeover_raid45`: the parity member leaves (mdadm fails and removes
+        // it first, `remove_disks_for_takeover`); the data members are a RAID0 as they lie.
+        (4, 0) => Takeover { size_sectors: Some(0), ..same(sb.raid_disks - 1, 0, sb.chunksize_sectors) },
+        (5, 0) if sb.layout == Algorithm::ParityLast.to_md() => {
+            Takeover { size_sectors: Some(0), ..same(sb.raid_disks - 1, 0, sb.chunksize_sectors) }
+        }
+        (5, 0) => return refuse(" unless its layout is parity-last (--layout parity-last first)"),
         (1, 5) if sb.raid_disks == 2 => match raid1_takeover_chunk(sb.size_sectors) {
             Some(chunk) => same(2, Algorithm::LeftSymmetric.to_md(), chunk),
             None => return refuse(" (its size is not a multiple of 4K)"),
@@ -255,6 +323,7 @@ pub fn plan_takeover(sb: &Superblock1, req: &GrowRequest, spares: &[u32]) -> Res
                 chunk_sectors: sb.chunksize_sectors,
                 raid_disks: sb.raid_disks + 1,
                 rebuilt: Some((spare, sb.raid_disks as u16)),
+                size_sectors: None,
             }
         }
         (6, 5) => match sb.layout {
@@ -265,6 +334,39 @@ pub fn plan_takeover(sb: &Superblock1, req: &GrowRequest, spares: &[u32]) -> Res
         _ => return refuse(""),
     };
     Ok(Some(t))
+}
+
+/// mdadm's named `--layout` values for a level change (Grow.c): `preserve` keeps the layout
+/// the change gives (RAID5 -> RAID6: the `*-6` layout, Q alone on the new member, so no data
+/// moves); `normalise` restripes a RAID6 to md's rotating layout (`left-symmetric-6` ->
+/// `left-symmetric`), after the takeover when going from RAID5.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayoutWord {
+    Preserve,
+    Normalise,
+}
+
+impl LayoutWord {
+    pub fn parse(s: &str) -> Option<LayoutWord> {
+        match s.to_ascii_lowercase().as_str() {
+            "preserve" => Some(LayoutWord::Preserve),
+            "normalise" | "normalize" => Some(LayoutWord::Normalise),
+            _ => None,
+        }
+    }
+
+    /// The layout to ask for, `None` for none, on an array of `level`/`layout` going to
+    /// level `target`.
+    pub fn layout(self, level: i32, layout: u32, target: i32) -> Result<Option<u32>, GrowError> {
+        match (self, level, target) {
+            (LayoutWord::Preserve, ..) => Ok(None),
+            // Already rotating (or parity-last, which has no *-6 twin): nothing to restripe.
+            (LayoutWord::Normalise, 6, 6) => Ok((16..=20).contains(&layout).then(|| layout - 16)),
+            // The takeover gives layout + 16 (parity-last stays parity-last).
+            (LayoutWord::Normalise, 5, 6) => Ok((layout != Algorithm::ParityLast.to_md()).then_some(layout)),
+            (LayoutWord::Normalise, ..) => Err(GrowError::Normalise(target)),
+        }
+    }
 }
 
 impl GrowRequest {
@@ -289,11 +391,16 @@ impl Takeover {
         sb.chunksize_sectors = self.chunk_sectors;
         let dropped = self.raid_disks < sb.raid_disks;
         sb.raid_disks = self.raid_disks;
+        if let Some(size) = self.size_sectors {
+            sb.size_sectors = size;
+        }
         if dropped {
-            // RAID6 -> RAID5: the Q member (last role) becomes a spare.
+            // RAID6 -> RAID5: the Q member (last role) becomes a spare. RAID4/5 -> RAID0:
+            // the parity member is failed and removed, as mdadm does (a RAID0 has no spares).
+            let gone = if self.level == 0 { 0xfffe } else { 0xffff };
             for role in sb.dev_roles.iter_mut() {
                 if *role < 0xff00 && u32::from(*role) >= self.raid_disks {
-                    *role = 0xffff;
+                    *role = gone;
                 }
             }
         }
@@ -385,26 +492,81 @@ mod tests {
         let level = |l| GrowRequest { level: Some(l), ..Default::default() };
         let mut r1 = raid5_3();
         (r1.level, r1.raid_disks, r1.layout, r1.chunksize_sectors) = (1, 2, 0, 0);
-        let t = plan_takeover(&r1, &level(5), &[]).unwrap().unwrap();
+        let t = plan_takeover(&r1, &level(5), &[], &[]).unwrap().unwrap();
         assert_eq!((t.level, t.layout, t.chunk_sectors, t.raid_disks), (5, 2, 128, 2), "md: left-symmetric, 64K");
         r1.size_sectors = 30720 + 8;
-        assert_eq!(plan_takeover(&r1, &level(5), &[]).unwrap().unwrap().chunk_sectors, 8, "halved until it divides");
+        assert_eq!(plan_takeover(&r1, &level(5), &[], &[]).unwrap().unwrap().chunk_sectors, 8, "halved until it divides");
         r1.raid_disks = 3;
-        assert!(matches!(plan_takeover(&r1, &level(5), &[]), Err(GrowError::Takeover { from: 1, to: 5, .. })));
+        assert!(matches!(plan_takeover(&r1, &level(5), &[], &[]), Err(GrowError::Takeover { from: 1, to: 5, .. })));
         let r5 = raid5_3();
-        let t = plan_takeover(&r5, &level(6), &[3]).unwrap().unwrap();
+        let t = plan_takeover(&r5, &level(6), &[3], &[]).unwrap().unwrap();
         assert_eq!((t.layout, t.raid_disks, t.rebuilt), (18, 4, Some((3, 3))), "left-symmetric-6, Q rebuilt on the spare");
         let mut sb = r5.clone();
         t.apply(&mut sb);
         assert_eq!((sb.level, sb.raid_disks, sb.dev_roles[3]), (6, 4, 3));
-        assert_eq!(plan_takeover(&r5, &level(6), &[]), Err(GrowError::NeedSpares { wanted: 4, needed: 1, have: 0 }));
-        let back = plan_takeover(&sb, &level(5), &[]).unwrap().unwrap();
+        assert_eq!(plan_takeover(&r5, &level(6), &[], &[]), Err(GrowError::NeedSpares { wanted: 4, needed: 1, have: 0 }));
+        let back = plan_takeover(&sb, &level(5), &[], &[]).unwrap().unwrap();
         assert_eq!((back.layout, back.raid_disks), (2, 3));
         let mut again = sb.clone();
         back.apply(&mut again);
         assert_eq!((again.level, again.raid_disks, again.dev_roles[3]), (5, 3, 0xffff), "Q's member becomes a spare");
-        assert!(matches!(plan_takeover(&r5, &level(4), &[]), Err(GrowError::Takeover { hint, .. }) if hint.contains("parity-last")));
-        assert_eq!(plan_takeover(&r5, &level(5), &[]), Ok(None));
+        assert!(matches!(plan_takeover(&r5, &level(4), &[], &[]), Err(GrowError::Takeover { hint, .. }) if hint.contains("parity-last")));
+        assert_eq!(plan_takeover(&r5, &level(5), &[], &[]), Ok(None));
+    }
+
+    #[test]
+    fn raid0_becomes_raid4_or_5_with_parity_rebuilt_on_a_spare_and_back() {
+        let level = |l| GrowRequest { level: Some(l), ..Default::default() };
+        let mut r0 = raid5_3();
+        (r0.level, r0.layout, r0.size_sectors) = (0, 1, 0);
+        let size = |dev_number, data_sectors| DeviceSize { dev_number, data_sectors };
+        // Members of 30720 + 100 sectors: 240 whole 64K chunks each; the spare is dev 3.
+        let devices = [size(0, 30820), size(1, 30820), size(2, 30800), size(3, 30720)];
+        for to in [4, 5] {
+            let t = plan_takeover(&r0, &level(to), &[3], &devices).unwrap().unwrap();
+            assert_eq!((t.level, t.layout, t.raid_disks, t.rebuilt, t.size_sectors), (to, 5, 4, Some((3, 3)), Some(30720)));
+            let mut sb = r0.clone();
+            t.apply(&mut sb);
+            assert_eq!((sb.level, sb.raid_disks, sb.size_sectors, sb.dev_roles[3]), (to, 4, 30720, 3));
+            // Back: the parity member leaves, failed (a RAID0 has no spares).
+            let back = plan_takeover(&sb, &level(0), &[], &devices).unwrap().unwrap();
+            assert_eq!((back.raid_disks, back.layout, back.size_sectors), (3, 0, Some(0)));
+            back.apply(&mut sb);
+            assert_eq!((sb.level, sb.raid_disks, sb.size_sectors, sb.dev_roles[3]), (0, 3, 0, 0xfffe));
+            assert_eq!(&sb.dev_roles[..3], &[0, 1, 2]);
+        }
+        let degraded = plan_takeover(&r0, &level(5), &[], &devices).unwrap().unwrap();
+        assert_eq!((degraded.raid_disks, degraded.rebuilt), (4, None), "no spare: degraded, as md leaves it");
+        let small = [size(0, 30820), size(1, 30820), size(2, 30820), size(3, 30700)];
+        assert_eq!(plan_takeover(&r0, &level(5), &[3], &small), Err(GrowError::SpareTooSmall { have: 30700, needed: 30720 }));
+        let zones = [size(0, 30820), size(1, 40000), size(2, 30820), size(3, 40000)];
+        assert!(matches!(plan_takeover(&r0, &level(5), &[3], &zones), Err(GrowError::Takeover { hint, .. }) if hint.contains("zone")));
+        assert!(matches!(plan_takeover(&r0, &level(6), &[3], &devices), Err(GrowError::Takeover { from: 0, to: 6, .. })));
+        let mut r5 = raid5_3();
+        r5.layout = 2;
+        assert!(
+            matches!(plan_takeover(&r5, &level(0), &[], &devices), Err(GrowError::Takeover { hint, .. }) if hint.contains("parity-last"))
+        );
+    }
+
+    #[test]
+    fn preserve_and_normalise_name_the_layouts_mdadm_gives() {
+        use LayoutWord::*;
+        assert_eq!(LayoutWord::parse("normalize"), Some(Normalise));
+        assert_eq!(LayoutWord::parse("Preserve"), Some(Preserve));
+        assert_eq!(LayoutWord::parse("left-symmetric"), None);
+        assert_eq!(Normalise.layout(6, 18, 6), Ok(Some(2)), "left-symmetric-6 -> left-symmetric");
+        assert_eq!(Normalise.layout(6, 20, 6), Ok(Some(4)), "parity-first-6 -> parity-first");
+        assert_eq!(Normalise.layout(6, 2, 6), Ok(None), "already rotating");
+        assert_eq!(Normalise.layout(5, 0, 6), Ok(Some(0)), "RAID5 left-asymmetric -> RAID6 left-asymmetric");
+        assert_eq!(Normalise.layout(5, 5, 6), Ok(None), "parity-last has no *-6 twin");
+        assert_eq!(Normalise.layout(5, 2, 5), Err(GrowError::Normalise(5)));
+        assert_eq!(Preserve.layout(5, 2, 6), Ok(None));
+        // Chained with the takeover, normalise leaves a layout reshape after it.
+        let r5 = raid5_3();
+        let req = GrowRequest { level: Some(6), layout: Normalise.layout(5, r5.layout, 6).unwrap(), ..Default::default() };
+        let t = plan_takeover(&r5, &req, &[3], &[]).unwrap().unwrap();
+        assert_eq!(req.after_takeover(&t), Some(GrowRequest { layout: Some(2), ..Default::default() }));
     }
 
     #[test]

@@ -339,6 +339,18 @@ impl Array {
     /// Probes `devices`, decides as md would which of them form the array, and builds it.
     /// Nothing is written: not even in writable mode, until the first write.
     pub fn assemble(devices: Vec<Arc<dyn Member>>, opts: &ArrayOptions) -> Result<(Array, AssemblyReport), EngineError> {
+        let (readable, unreadable) = crate::scan::split_unreadable(devices);
+        if !unreadable.is_empty() && !readable.is_empty() {
+            let (array, mut report) = Array::assemble(readable, opts)?;
+            for label in unreadable {
+                report.warnings.push(format!("{label}: left out: its superblock cannot be read (I/O error)"));
+            }
+            return Ok((array, report));
+        }
+        if readable.is_empty() && !unreadable.is_empty() {
+            return Err(EngineError::NoSuperblock { device: unreadable.join(", "), detail: " (it cannot be read: I/O error)".into() });
+        }
+        let devices = readable;
         let mut candidates = Vec::new();
         let mut sb_offsets = Vec::new();
         for dev in &devices {
@@ -545,6 +557,10 @@ impl Array {
     }
     pub fn level(&self) -> Level {
         self.level
+    }
+    /// md's layout number.
+    pub fn layout(&self) -> u32 {
+        self.layout
     }
     pub fn geometry(&self) -> &Geometry {
         &self.geometry

@@ -17,13 +17,26 @@ use std::sync::Arc;
 /// as md requires (clean, not degraded, every device given part of it); returns its spares
 /// by `dev_number`. `what`: the change, for messages.
 fn spares_of_a_changeable_array(devices: &[Arc<dyn Member>], opts: &ArrayOptions, what: &str) -> Result<Vec<u32>, EngineError> {
-    let (array, report) = Array::assemble(devices.to_vec(), &ArrayOptions { writable: false, ..*opts })?;
+    spares_of_a_changeable_array_missing(devices, opts, what, None)
+}
+
+/// [`spares_of_a_changeable_array`], also accepting an array whose only missing role is
+/// `may_miss` (RAID4/5 -> RAID0: md wants the parity member gone).
+fn spares_of_a_changeable_array_missing(
+    devices: &[Arc<dyn Member>],
+    opts: &ArrayOptions,
+    what: &str,
+    may_miss: Option<u32>,
+) -> Result<Vec<u32>, EngineError> {
+    let mut assemble = opts.assemble;
+    assemble.run |= may_miss.is_some();
+    let (array, report) = Array::assemble(devices.to_vec(), &ArrayOptions { writable: false, assemble, ..*opts })?;
     if report.needs_resync {
         return Err(EngineError::Refused(format!(
             "the array was not shut down cleanly: let its resync finish (uraid serve) before {what}"
         )));
     }
-    if !report.degraded_roles.is_empty() {
+    if !report.degraded_roles.is_empty() && (may_miss.is_none() || report.degraded_roles != may_miss.into_iter().collect::<Vec<_>>()) {
         return Err(EngineError::Unsupported(format!(
             "the array is degraded (roles {:?} missing): rebuild it before {what}",
             report.degraded_roles

@@ -188,6 +188,8 @@ impl ReshapingArray {
     /// Opens the reshape recorded on `devices`. Writable (`opts.writable`), it can continue
     /// the reshape and take writes; read-only, it never writes.
     pub fn open(devices: Vec<Arc<dyn Member>>, opts: &ArrayOptions) -> Result<ReshapingArray, EngineError> {
+        // A device failing to read its superblock is missing, as for any assembly.
+        let (devices, _unreadable) = crate::scan::split_unreadable(devices);
         let found = read_superblocks(&devices)?;
         let newest_events = found.iter().map(|(_, sb)| sb.events).max().ok_or_else(|| EngineError::Refused("no devices given".into()))?;
         // Devices behind the newest (by more than md's one-event margin: a crash between
@@ -450,35 +452,58 @@ impl ReshapingArray {
 
     /// Writes every live member's superblock, changed by `change`, with the next event
     /// count; then flushes them all. Callers hold `superblock_writes`.
+    ///
+    /// A member whose superblock write or flush fails is failed (on both shapes) and the
+    /// update is written again without it, as md does (`md_super_write`'s error fails the
+    /// device, `md_update_sb` repeats): the reshape goes on degraded while the shapes can.
     fn write_superblocks(&self, events: &mut u64, change: impl Fn(&mut Superblock1)) -> Result<(), EngineError> {
-        *events += 1;
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        let failed: Vec<u32> = slots.iter().filter(|s| s.failed).map(|s| s.sb.dev_number).collect();
-        let now = crate::array::now_seconds();
-        let mut errors = Vec::new();
-        for slot in slots.iter_mut().filter(|s| !s.failed) {
-            change(&mut slot.sb);
-            for n in &failed {
-                if let Some(role) = slot.sb.dev_roles.get_mut(*n as usize) {
-                    *role = 0xfffe;
+        // Each attempt starts from the superblocks as they were: `change` need not be
+        // idempotent (the finish rewrites them whole).
+        let before: Vec<Superblock1> = self.slots.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|s| s.sb.clone()).collect();
+        loop {
+            *events += 1;
+            let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            // Whatever a side failed so far is recorded with it: a checkpoint must never
+            // record as moved a window written without a member unless that member is
+            // recorded failed too (after a crash it would be read as in sync).
+            self.note_side_failures(&mut slots);
+            let failed: Vec<u32> = slots.iter().filter(|s| s.failed).map(|s| s.sb.dev_number).collect();
+            let now = crate::array::now_seconds();
+            let mut dead = Vec::new();
+            for (slot, before) in slots.iter_mut().zip(&before).filter(|(s, _)| !s.failed) {
+                slot.sb = before.clone();
+                change(&mut slot.sb);
+                for n in &failed {
+                    if let Some(role) = slot.sb.dev_roles.get_mut(*n as usize) {
+                        *role = 0xfffe;
+                    }
+                }
+                slot.sb.events = *events;
+                slot.sb.utime = uraid_core::metadata::sb1::MdTime::from_parts(now, 0);
+                slot.sb.sb_csum = slot.sb.compute_checksum();
+                if let Err(e) = slot.member.write_at(&superblock_bytes_of(&Superblock::V1(slot.sb.clone())), slot.at) {
+                    dead.push((slot.sb.dev_number, format!("{}: superblock write: {e}", slot.member.label())));
                 }
             }
-            slot.sb.events = *events;
-            slot.sb.utime = uraid_core::metadata::sb1::MdTime::from_parts(now, 0);
-            slot.sb.sb_csum = slot.sb.compute_checksum();
-            if let Err(e) = slot.member.write_at(&superblock_bytes_of(&Superblock::V1(slot.sb.clone())), slot.at) {
-                errors.push(format!("{}: superblock write: {e}", slot.member.label()));
+            let written: Vec<&Slot> = slots.iter().filter(|s| !s.failed && !dead.iter().any(|(n, _)| *n == s.sb.dev_number)).collect();
+            for slot in written {
+                if let Err(e) = slot.member.flush() {
+                    dead.push((slot.sb.dev_number, format!("{}: flush: {e}", slot.member.label())));
+                }
             }
-        }
-        for slot in slots.iter().filter(|s| !s.failed) {
-            if let Err(e) = slot.member.flush() {
-                errors.push(format!("{}: flush: {e}", slot.member.label()));
+            if dead.is_empty() {
+                return Ok(());
             }
-        }
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(EngineError::Failed(format!("cannot record the reshape's progress: {}", errors.join("; "))))
+            for slot in slots.iter_mut().filter(|s| dead.iter().any(|(n, _)| *n == s.sb.dev_number)) {
+                slot.failed = true;
+            }
+            let left = slots.iter().filter(|s| !s.failed).count();
+            drop(slots);
+            let why: Vec<String> = dead.into_iter().map(|(_, why)| why).collect();
+            self.fail_on_both_sides()?;
+            if left == 0 || self.old.failure().is_some() || self.new.failure().is_some() {
+                return Err(EngineError::Failed(format!("cannot record the reshape's progress: {}", why.join("; "))));
+            }
         }
     }
 
@@ -612,32 +637,46 @@ impl ReshapingArray {
     /// Members a side failed are failed on the other side too, and recorded faulty in
     /// the superblocks.
     fn propagate_failures(&self) -> Result<(), EngineError> {
-        let faulty =
-            |a: &Array| -> Vec<u32> { a.devices().into_iter().filter(|d| d.state == DeviceState::Faulty).map(|d| d.dev_number).collect() };
-        let mut newly = Vec::new();
-        {
-            let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-            for n in faulty(&self.old).into_iter().chain(faulty(&self.new)) {
-                if let Some(slot) = slots.iter_mut().find(|s| s.sb.dev_number == n && !s.failed) {
-                    slot.failed = true;
-                    newly.push(n);
-                }
-            }
-        }
-        if newly.is_empty() {
+        let newly = self.note_side_failures(&mut self.slots.lock().unwrap_or_else(|p| p.into_inner()));
+        let other_side_failed = self.fail_on_both_sides()?;
+        if newly.is_empty() && !other_side_failed {
             return Ok(());
         }
+        let mut events = self.superblock_writes.lock().unwrap_or_else(|p| p.into_inner());
+        self.write_superblocks(&mut events, |_| {})
+    }
+
+    /// Fails on both shapes every member failed so far (by either side, or by a
+    /// superblock update); says whether one was still in use somewhere.
+    fn fail_on_both_sides(&self) -> Result<bool, EngineError> {
+        let failed: Vec<u32> =
+            self.slots.lock().unwrap_or_else(|p| p.into_inner()).iter().filter(|s| s.failed).map(|s| s.sb.dev_number).collect();
+        let mut changed = false;
         for side in [&self.old, self.new.as_ref()] {
             for d in side.devices() {
-                if newly.contains(&d.dev_number) && d.state != DeviceState::Faulty {
+                if failed.contains(&d.dev_number) && d.state != DeviceState::Faulty {
+                    changed = true;
                     if let DeviceState::InSync(role) = d.state {
                         side.fail_role(role)?;
                     }
                 }
             }
         }
-        let mut events = self.superblock_writes.lock().unwrap_or_else(|p| p.into_inner());
-        self.write_superblocks(&mut events, |_| {})
+        Ok(changed)
+    }
+
+    /// Marks failed the slots of members either side has failed; returns their numbers.
+    fn note_side_failures(&self, slots: &mut [Slot]) -> Vec<u32> {
+        let faulty =
+            |a: &Array| -> Vec<u32> { a.devices().into_iter().filter(|d| d.state == DeviceState::Faulty).map(|d| d.dev_number).collect() };
+        let mut newly = Vec::new();
+        for n in faulty(&self.old).into_iter().chain(faulty(&self.new)) {
+            if let Some(slot) = slots.iter_mut().find(|s| s.sb.dev_number == n && !s.failed) {
+                slot.failed = true;
+                newly.push(n);
+            }
+        }
+        newly
     }
 
     /// Stops using the array: everything flushed, the position recorded, and the array
