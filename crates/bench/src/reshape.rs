@@ -125,12 +125,9 @@ fn bound_seconds(dir: &Path, per_member: &[(u64, u64)], file_bytes: u64) -> Resu
 fn random_reads(size: u64, stop: &AtomicBool, mut read: impl FnMut(u64, &mut [u8]) -> Result<(), String>) -> Result<LatHist, String> {
     let mut hist = LatHist::new();
     let mut buf = vec![0u8; 4096];
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rng = uraid_parity::testdata::Prng::new(0x5eed);
     while !stop.load(Ordering::Acquire) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let at = (x % (size / 4096)) * 4096;
+        let at = rng.below(size / 4096) * 4096;
         let t = Instant::now();
         read(at, &mut buf)?;
         hist.record(t.elapsed());

@@ -41,15 +41,7 @@ fn filled(dir: &Path, level: &str, n: usize, extra: &[&str]) -> (Vec<String>, Ve
     args.extend_from_slice(extra);
     ok(dir, &with_devs(&args, &devs));
     let size = ok(dir, &with_devs(&["read"], &devs)).stdout.len();
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let content: Vec<u8> = (0..size)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    let content = uraid_parity::testdata::Prng::new(size as u64).bytes(size);
     let path = dir.join("content");
     std::fs::write(&path, &content).unwrap();
     let out = std::process::Command::new(BIN)
@@ -229,4 +221,28 @@ fn raid5_to_raid6_normalised_is_restriped_to_the_rotating_layout() {
         describe("uraid", &[], &out)
     );
     assert_eq!(sums(dir, &devs), before);
+}
+
+#[test]
+fn a_reshape_continued_without_a_member_finishes_degraded_and_records_it_missing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (devs, content) = filled(dir, "5", 3, &[]);
+    let out = json(&ok(dir, &with_devs(&["grow", "--json", "--sync-max", "0", "-n", "4"], &devs)));
+    let third = (out["total_sectors"].as_u64().unwrap() / 3).to_string();
+    ok(dir, &with_devs(&["grow", "-q", "--continue", "--sync-max", &third], &devs));
+    // Member 1 is gone: without --run the reshape is not continued, and nothing changes.
+    let left: Vec<String> = [0, 2, 3].iter().map(|&i| devs[i].clone()).collect();
+    let before = sums(dir, &left);
+    assert!(!run(dir, &with_devs(&["grow", "--continue"], &left)).status.success());
+    assert_eq!(sums(dir, &left), before);
+    ok(dir, &with_devs(&["grow", "-q", "--continue", "--run"], &left));
+    let out = ok(dir, &with_devs(&["read", "--run"], &left));
+    assert_eq!(&out.stdout[..content.len()], &content[..], "content after a degraded reshape");
+    // The superblocks say role 1 is missing (md's super_1_sync marks absent members faulty).
+    let ex = json(&ok(dir, &with_devs(&["examine", "--json"], &left)));
+    assert_eq!(ex[0]["array_state"].as_str(), Some("A.AA"), "{ex}");
+    // Given back, the member is stale and left out: its old-shape data is never read.
+    let out = ok(dir, &with_devs(&["read", "--run"], &devs));
+    assert_eq!(&out.stdout[..content.len()], &content[..], "content with the stale member given");
 }

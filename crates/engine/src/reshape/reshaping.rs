@@ -468,6 +468,7 @@ impl ReshapingArray {
             // recorded failed too (after a crash it would be read as in sync).
             self.note_side_failures(&mut slots);
             let failed: Vec<u32> = slots.iter().filter(|s| s.failed).map(|s| s.sb.dev_number).collect();
+            let present: Vec<u32> = slots.iter().filter(|s| !s.failed).map(|s| s.sb.dev_number).collect();
             let now = crate::array::now_seconds();
             let mut dead = Vec::new();
             for (slot, before) in slots.iter_mut().zip(&before).filter(|(s, _)| !s.failed) {
@@ -475,6 +476,13 @@ impl ReshapingArray {
                 change(&mut slot.sb);
                 for n in &failed {
                     if let Some(role) = slot.sb.dev_roles.get_mut(*n as usize) {
+                        *role = 0xfffe;
+                    }
+                }
+                // Members not here (missing at open, or stale) are faulty from now on, as
+                // md's `super_1_sync` writes every role not held by a present device.
+                for (n, role) in slot.sb.dev_roles.iter_mut().enumerate() {
+                    if *role < 0xff00 && !present.contains(&(n as u32)) {
                         *role = 0xfffe;
                     }
                 }
