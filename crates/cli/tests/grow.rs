@@ -246,3 +246,41 @@ fn a_reshape_continued_without_a_member_finishes_degraded_and_records_it_missing
     let out = ok(dir, &with_devs(&["read", "--run"], &devs));
     assert_eq!(&out.stdout[..content.len()], &content[..], "content with the stale member given");
 }
+
+#[test]
+fn size_max_uses_larger_members_and_resyncs_the_new_part() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (devs, content) = filled(dir, "5", 3, &[]);
+    // Nothing larger yet: nothing to change, nothing written.
+    let before = sums(dir, &devs);
+    let out = run(dir, &with_devs(&["grow", "--size", "max"], &devs));
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("nothing to change"),
+        "{}",
+        describe("uraid", &[], &out)
+    );
+    assert_eq!(sums(dir, &devs), before);
+    // The members are replaced by larger ones (here: the files grow by 8 MiB of whatever
+    // the new disks held: never consistent parity until the resync writes it).
+    for (i, d) in devs.iter().enumerate() {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().append(true).open(dir.join(d)).unwrap();
+        f.write_all(&uraid_parity::testdata::Prng::new(i as u64 + 1).bytes(8 << 20)).unwrap();
+    }
+    // More than the smallest device holds: refused, nothing written.
+    let before = sums(dir, &devs);
+    assert!(!run(dir, &with_devs(&["grow", "--size", "1G"], &devs)).status.success());
+    assert_eq!(sums(dir, &devs), before);
+    let out = json(&ok(dir, &with_devs(&["grow", "--json", "--size", "max"], &devs)));
+    let (new, old) = (out["size_sectors"].as_u64().unwrap(), out["old_size_sectors"].as_u64().unwrap());
+    assert_eq!(new - old, 8 << 11, "{out}");
+    let whole = ok(dir, &with_devs(&["read"], &devs)).stdout;
+    assert_eq!(whole.len() as u64, 2 * new * 512, "two data members' worth");
+    assert_eq!(&whole[..content.len()], &content[..], "the old content stays where it was");
+    // The new part was resynced: any one member can be lost and every byte still reads.
+    for lost in 0..3 {
+        let left: Vec<String> = (0..3).filter(|&i| i != lost).map(|i| devs[i].clone()).collect();
+        assert_eq!(ok(dir, &with_devs(&["read", "--run"], &left)).stdout, whole, "without member {lost}");
+    }
+}

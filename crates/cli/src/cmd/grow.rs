@@ -13,7 +13,8 @@ use std::process::ExitCode;
 use uraid_core::assemble::AssembleOptions;
 use uraid_core::geometry::Level;
 use uraid_core::metadata::grow::{GrowRequest, LayoutWord};
-use uraid_engine::reshape::{take_over, ReshapeStep, ReshapingArray};
+use uraid_core::metadata::resize::SizeAsk;
+use uraid_engine::reshape::{resize, take_over, ReshapeStep, ReshapingArray};
 use uraid_engine::{Array, ArrayOptions};
 
 #[derive(Args)]
@@ -26,8 +27,13 @@ pub struct GrowArgs {
     #[arg(long)]
     wait: bool,
     /// Continue the reshape the superblocks record (mdadm --grow --continue).
-    #[arg(long = "continue", conflicts_with_all = ["level", "raid_devices", "chunk", "layout"])]
+    #[arg(long = "continue", conflicts_with_all = ["level", "raid_devices", "chunk", "layout", "size"])]
     continue_reshape: bool,
+    /// New used size of each member (mdadm -z/--size): `max` (every device to its end,
+    /// after members were replaced by larger ones) or a size such as 40M. The new part is
+    /// resynced. A change of its own: with no other option.
+    #[arg(long, short = 'z', conflicts_with_all = ["level", "raid_devices", "chunk", "layout"])]
+    size: Option<String>,
     /// New level (mdadm -l/--level): the takeovers md makes in place (RAID1 with 2 members
     /// <-> RAID5, RAID4 <-> RAID5 parity-last, RAID5 <-> RAID6 with Q on a spare, RAID0 <->
     /// RAID4/5 parity-last with parity on a spare or missing).
@@ -89,7 +95,32 @@ pub fn parse_level(s: &str) -> Result<i32> {
 }
 
 fn nothing_asked(a: &GrowArgs) -> bool {
-    a.level.is_none() && a.raid_devices.is_none() && a.chunk.is_none() && a.layout.is_none()
+    a.level.is_none() && a.raid_devices.is_none() && a.chunk.is_none() && a.layout.is_none() && a.size.is_none()
+}
+
+/// `--size max|S` on a stopped array: the superblocks get the new size, then the new part
+/// is resynced here (offline, nothing else runs), as md resyncs it.
+fn grow_size(a: &GrowArgs, size: &str, members: Vec<std::sync::Arc<dyn uraid_engine::Member>>, opts: &ArrayOptions) -> Result<ExitCode> {
+    let ask = if size.eq_ignore_ascii_case("max") {
+        SizeAsk::Max
+    } else {
+        SizeAsk::Sectors(crate::util::parse_size(size).map_err(|e| anyhow::anyhow!("--size {size}: {e}"))? / 512)
+    };
+    let plan = resize(&members, opts, ask)?;
+    let quiet = a.quiet || a.json;
+    if !quiet {
+        eprintln!("uraid: members now use {} sectors each (were {}); resyncing the new part", plan.size_sectors, plan.old_sectors);
+    }
+    let (array, _) = Array::assemble(members, opts)?;
+    crate::util::run_pending_jobs(&array, quiet)?;
+    array.close()?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({"finished": true, "size_sectors": plan.size_sectors, "old_size_sectors": plan.old_sectors, "size_bytes": array.size_bytes()})
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `--layout L` for a change to `target` on an array whose level and layout are `level`
@@ -109,7 +140,7 @@ fn request(a: &GrowArgs, level: Level, layout: u32) -> Result<Option<GrowRequest
         return Ok(None);
     }
     if nothing_asked(a) {
-        bail!("say what to change (--level, --raid-devices, --chunk, --layout), or --continue a reshape in progress");
+        bail!("say what to change (--level, --raid-devices, --chunk, --layout, --size), or --continue a reshape in progress");
     }
     let new_level = a.level.as_deref().map(parse_level).transpose()?;
     let target = new_level.map(Level::from_md).transpose().map_err(|e| anyhow::anyhow!("{e}"))?.unwrap_or(level);
@@ -127,7 +158,10 @@ fn grow_served(a: &GrowArgs, name: &str) -> Result<ExitCode> {
         bail!("{name} is served: a served array continues its reshape by itself (uraid status shows it)");
     }
     if nothing_asked(a) {
-        bail!("say what to change (--level, --raid-devices, --chunk, --layout)");
+        bail!("say what to change (--level, --raid-devices, --chunk, --layout, --size)");
+    }
+    if a.size.is_some() {
+        bail!("{name} is served: uraid changes the member size of a stopped array only (uraid stop {name}, then uraid grow --size on its members)");
     }
     let chunk_sectors = a.chunk.as_deref().map(chunk_sectors).transpose()?;
     let req = Request::Grow { level: a.level.clone(), raid_devices: a.raid_devices, chunk_sectors, layout: a.layout.clone() };
@@ -155,6 +189,9 @@ pub fn run(a: GrowArgs) -> Result<ExitCode> {
     let members = open_members(&a.devices, true, a.io.mode())?;
     let opts =
         ArrayOptions { assemble: AssembleOptions { array_uuid: None, force: a.force, run: a.run }, writable: true, ..Default::default() };
+    if let Some(size) = &a.size {
+        return grow_size(&a, size, members, &opts);
+    }
     let (level, layout) = match uraid_engine::scan::probe(members[0].as_ref()).best() {
         Some((_, sb)) => (Level::from_md(sb.level().raw()).map_err(|e| anyhow::anyhow!("{e}"))?, sb.shape().layout),
         None => bail!("{}: no md superblock found", members[0].label()),

@@ -17,6 +17,7 @@ pub mod check;
 pub mod create;
 pub mod grow;
 pub mod reshape;
+pub mod resize;
 pub mod sb090;
 pub mod sb1;
 mod update;

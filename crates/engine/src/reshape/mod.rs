@@ -4,14 +4,17 @@
 
 mod overlay;
 mod reshaping;
+mod resize;
 mod takeover;
 
 pub use reshaping::{ReshapeStep, ReshapingArray, DEFAULT_WINDOW_BYTES};
+pub use resize::resize;
 pub use takeover::take_over;
 
 use crate::array::{Array, ArrayOptions, DeviceState, EngineError};
 use crate::member::Member;
 use std::sync::Arc;
+use uraid_core::metadata::{Superblock, Superblock1};
 
 /// Assembles the stopped array on `devices` read-only and checks that its shape may change
 /// as md requires (clean, not degraded, every device given part of it); returns its spares
@@ -51,4 +54,22 @@ fn spares_of_a_changeable_array_missing(
         )));
     }
     Ok(infos.iter().filter(|d| d.state == DeviceState::Spare).map(|d| d.dev_number).collect())
+}
+
+/// Every device's v1 superblock (byte offset, superblock) and the newest of them, for a
+/// change (`what`, for messages) written to each device's own superblock.
+fn v1_superblocks(devices: &[Arc<dyn Member>], what: &str) -> Result<(Vec<(u64, Superblock1)>, Superblock1), EngineError> {
+    let mut found = Vec::with_capacity(devices.len());
+    for dev in devices {
+        match crate::scan::probe(dev.as_ref()).best().cloned() {
+            Some((loc, Superblock::V1(sb))) => found.push((loc.offset_bytes, sb)),
+            _ => return Err(EngineError::Unsupported(format!("{}: {what} need v1 metadata", dev.label()))),
+        }
+    }
+    let newest = found
+        .iter()
+        .max_by_key(|(_, sb)| sb.events)
+        .map(|(_, sb)| sb.clone())
+        .ok_or_else(|| EngineError::Refused("no devices given".into()))?;
+    Ok((found, newest))
 }

@@ -23,14 +23,7 @@ pub fn take_over(devices: &[Arc<dyn Member>], opts: &ArrayOptions, req: &GrowReq
         (req.level == Some(0)).then(|| devices.iter().find_map(|d| probe(d.as_ref()).best().map(|(_, sb)| sb.raid_disks())));
     let may_miss = parity_may_miss.flatten().and_then(|n| n.checked_sub(1));
     let spares = super::spares_of_a_changeable_array_missing(devices, opts, "changing its level", may_miss)?;
-    let mut found = Vec::with_capacity(devices.len());
-    for dev in devices {
-        match probe(dev.as_ref()).best().cloned() {
-            Some((loc, Superblock::V1(sb))) => found.push((loc.offset_bytes, sb)),
-            _ => return Err(EngineError::Unsupported(format!("{}: level changes need v1 metadata", dev.label()))),
-        }
-    }
-    let newest = found.iter().max_by_key(|(_, sb)| sb.events).map(|(_, sb)| sb.clone()).expect("assembled");
+    let (found, newest) = super::v1_superblocks(devices, "level changes")?;
     let sizes: Vec<DeviceSize> =
         found.iter().map(|(_, sb)| DeviceSize { dev_number: sb.dev_number, data_sectors: sb.data_size_sectors }).collect();
     let Some(t) = plan_takeover(&newest, req, &spares, &sizes).map_err(|e| EngineError::Invalid(e.to_string()))? else { return Ok(None) };
