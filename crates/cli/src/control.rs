@@ -52,6 +52,9 @@ pub enum Request {
         chunk_sectors: Option<u32>,
         #[serde(default)]
         layout: Option<String>,
+        /// The members' used size (`max` or a size with a suffix), alone.
+        #[serde(default)]
+        size: Option<String>,
     },
     Stop,
 }

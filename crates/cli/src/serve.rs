@@ -79,8 +79,16 @@ struct JobState {
     last_check: Option<CheckResult>,
 }
 
-/// A reshape asked for, and where its start's outcome goes.
-type GrowAsked = (GrowRequest, std::sync::mpsc::Sender<Result<(), String>>);
+/// A change of shape asked for over the control socket.
+enum ShapeChange {
+    /// A reshape or level change (`uraid grow -l/-n/-c/--layout`).
+    Grow(GrowRequest),
+    /// The members' used size (`uraid grow --size`).
+    Size(uraid_core::metadata::resize::SizeAsk),
+}
+
+/// A change asked for, and where its start's outcome goes.
+type GrowAsked = (ShapeChange, std::sync::mpsc::Sender<Result<(), String>>);
 
 pub struct Served {
     live: Arc<LiveArray>,
@@ -319,7 +327,11 @@ impl Served {
             }
             match req {
                 Request::Status => {}
-                Request::Grow { level, raid_devices, chunk_sectors, layout } => {
+                Request::Grow { size: Some(size), .. } => {
+                    let ask = crate::cmd::grow::size_ask(&size)?;
+                    self.ask_shape_change(ShapeChange::Size(ask))?;
+                }
+                Request::Grow { level, raid_devices, chunk_sectors, layout, size: None } => {
                     let level = level.as_deref().map(crate::cmd::grow::parse_level).transpose()?;
                     let target = match level {
                         Some(l) => uraid_core::geometry::Level::from_md(l).map_err(|e| anyhow::anyhow!("{e}"))?,
@@ -330,15 +342,7 @@ impl Served {
                         None => None,
                     };
                     let req = GrowRequest { level, raid_disks: raid_devices, layout, chunk_sectors };
-                    {
-                        let job = self.job.lock().unwrap_or_else(|e| e.into_inner());
-                        if let Some((kind, ..)) = job.running {
-                            bail!("a {} is running; grow once it is done", kind.map_or("reshape", |k| k.name()));
-                        }
-                    }
-                    let (tx, rx) = std::sync::mpsc::channel();
-                    *self.grow.lock().unwrap_or_else(|e| e.into_inner()) = Some((req, tx));
-                    rx.recv().map_err(|_| anyhow::anyhow!("the array stopped before the reshape started"))?.map_err(anyhow::Error::msg)?;
+                    self.ask_shape_change(ShapeChange::Grow(req))?;
                 }
                 Request::Fail { device } => a.fail_device_by_label(&self.member_label(&device)?)?,
                 Request::BadBlocks { device, start, sectors } => a.add_bad_blocks(&self.member_label(&device)?, start, sectors)?,
@@ -497,6 +501,20 @@ impl Served {
         }
     }
 
+    /// Hands `change` to the job thread (it alone changes the array's stage, between
+    /// jobs) and waits for its start.
+    fn ask_shape_change(&self, change: ShapeChange) -> Result<()> {
+        {
+            let job = self.job.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((kind, ..)) = job.running {
+                bail!("a {} is running; grow once it is done", kind.map_or("reshape", |k| k.name()));
+            }
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        *self.grow.lock().unwrap_or_else(|e| e.into_inner()) = Some((change, tx));
+        rx.recv().map_err(|_| anyhow::anyhow!("the array stopped before the change started"))?.map_err(anyhow::Error::msg)
+    }
+
     fn job_loop(&self) {
         // 4 MiB of member sectors per step: several recovery units, rebuilt concurrently,
         // and still fine-grained enough for the speed limits (20 ms at 200 MB/s).
@@ -505,7 +523,13 @@ impl Served {
         let mut last_re_add_try = Instant::now();
         while !self.stop.load(Ordering::Acquire) {
             let asked = self.grow.lock().map(|mut g| g.take()).unwrap_or(None);
-            if let Some((req, reply)) = asked {
+            if let Some((ShapeChange::Size(ask), reply)) = asked {
+                let changed = self.live.resize(&self.opts, ask).map_err(|e| e.to_string());
+                if let (Ok(a), false) = (&changed, self.args.json) {
+                    eprintln!("uraid: {}: now {} bytes; resyncing the new part", self.name(), a.size_bytes());
+                }
+                let _ = reply.send(changed.map(|_| ()));
+            } else if let Some((ShapeChange::Grow(req), reply)) = asked {
                 let started = self.live.grow(&self.opts, &req).map_err(|e| e.to_string());
                 if !self.args.json {
                     match &started {

@@ -390,3 +390,41 @@ fn re_add_with_a_bitmap_rebuilds_only_the_chunks_written_while_it_was_gone() {
     );
     wait_whole(&env, "plain", "the full rebuild", |_| true);
 }
+
+/// `uraid grow NAME --size max` on a served array: refused (nothing changed, still served)
+/// while no member is larger; once the members grew (here, with bytes no parity covers), the
+/// serving process changes the size online and resyncs the new part, after which any one
+/// member can be lost and every byte still reads the same.
+#[test]
+fn a_served_array_takes_the_room_of_grown_members_online() {
+    let env = Env::new();
+    created(&env);
+    let server = env.serve("data", &MEMBERS);
+    env.wait_quiet("data");
+    let before = env.sums(&MEMBERS);
+    env.refused(&["grow", "data", "--size", "max"], &["nothing to change"]);
+    env.wait_quiet("data");
+    assert_eq!(env.sums(&MEMBERS), before, "a refused --size changed a member");
+    let size = |env: &Env| {
+        let v: serde_json::Value = serde_json::from_slice(&env.ok(&["detail", "data", "--json"]).stdout).unwrap();
+        v["size_bytes"].as_u64().unwrap()
+    };
+    let old = size(&env);
+    for (i, m) in MEMBERS.iter().enumerate() {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().append(true).open(env.path(m)).unwrap();
+        f.write_all(&uraid_parity::testdata::Prng::new(i as u64 + 7).bytes(8 << 20)).unwrap();
+    }
+    env.ok(&["grow", "data", "--size", "max", "--wait"]);
+    assert_eq!(size(&env), old + 2 * (8 << 20), "two data members' worth more");
+    env.wait_quiet("data");
+    env.ok(&["stop", "data"]);
+    drop(server);
+    let whole = env.ok(&["read", MEMBERS[0], MEMBERS[1], MEMBERS[2]]).stdout;
+    assert_eq!(whole.len() as u64, old + 2 * (8 << 20));
+    for lost in 0..3 {
+        let left: Vec<&str> = (0..3).filter(|&i| i != lost).map(|i| MEMBERS[i]).collect();
+        let args: Vec<&str> = ["read", "--run"].into_iter().chain(left).collect();
+        assert!(env.ok(&args).stdout == whole, "without member {lost}, the new part reads otherwise: not resynced");
+    }
+}

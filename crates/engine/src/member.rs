@@ -17,6 +17,12 @@ pub trait Member: Send + Sync {
     fn label(&self) -> &str;
     /// Size in bytes.
     fn size_bytes(&self) -> u64;
+    /// Asks the device its size again (it may have grown: a file extended, a logical
+    /// volume resized) and returns it; for `uraid grow --size` on a served array. Devices
+    /// whose size cannot change keep the one they had.
+    fn refresh_size(&self) -> io::Result<u64> {
+        Ok(self.size_bytes())
+    }
     /// Reads exactly `buf.len()` bytes at `offset`; a short device is an error.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     /// Writes all of `buf` at `offset`.
@@ -268,9 +274,23 @@ pub struct FileMember {
     file: File,
     /// `O_DIRECT` descriptor when direct I/O is in use.
     direct: Option<DirectFd>,
-    size: u64,
+    /// Asked at open, and again by [`Member::refresh_size`].
+    size: std::sync::atomic::AtomicU64,
     writable: bool,
     counters: Counters,
+}
+
+/// The size of an open file or block device.
+fn device_size(file: &File) -> io::Result<u64> {
+    let meta = file.metadata()?;
+    if meta.file_type().is_block_device() {
+        // Block devices report size 0 in metadata; seeking to the end tells the truth.
+        use std::io::{Seek, SeekFrom};
+        let mut f = file;
+        f.seek(SeekFrom::End(0))
+    } else {
+        Ok(meta.len())
+    }
 }
 
 /// The process holding a lock on the device node at `path`, if any.
@@ -327,16 +347,10 @@ impl FileMember {
         let meta = file.metadata()?;
         let identity = crate::ownership::DeviceIdentity::of_metadata(&meta);
         let is_block = meta.file_type().is_block_device();
-        let size = if is_block {
-            // Block devices report size 0 in metadata; seeking to the end tells the truth.
-            use std::io::{Seek, SeekFrom};
-            let mut f = &file;
-            f.seek(SeekFrom::End(0))?
-        } else if meta.is_file() {
-            meta.len()
-        } else {
+        if !is_block && !meta.is_file() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{}: not a regular file or block device", path.display())));
-        };
+        }
+        let size = device_size(&file)?;
         let direct = match mode {
             IoMode::Buffered => None,
             IoMode::Auto if !is_block => None,
@@ -352,7 +366,7 @@ impl FileMember {
             identity,
             file,
             direct,
-            size,
+            size: size.into(),
             writable,
             counters: Counters::default(),
         })
@@ -674,7 +688,12 @@ impl Member for FileMember {
         Some(self.identity)
     }
     fn size_bytes(&self) -> u64 {
-        self.size
+        self.size.load(std::sync::atomic::Ordering::Acquire)
+    }
+    fn refresh_size(&self) -> io::Result<u64> {
+        let size = device_size(&self.file)?;
+        self.size.store(size, std::sync::atomic::Ordering::Release);
+        Ok(size)
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.read_bufs(&mut [buf], offset)

@@ -153,6 +153,30 @@ impl LiveArray {
         Ok(array)
     }
 
+    /// Changes the members' used size (`uraid grow --size`) of the plain array: it is closed,
+    /// its superblocks rewritten (`crate::reshape::resize`), and it is assembled again with
+    /// the new size and a resync of the new part pending. Refused while a reshape or a job
+    /// runs; when refused, the array goes on as it was.
+    pub fn resize(&self, opts: &ArrayOptions, ask: uraid_core::metadata::resize::SizeAsk) -> Result<Arc<Array>, EngineError> {
+        let mut stage = self.stage.write().unwrap_or_else(|p| p.into_inner());
+        let Stage::Plain(array) = &*stage else {
+            return Err(EngineError::Invalid("a reshape is running; let it finish first".into()));
+        };
+        if let Some(job) = array.pending_job() {
+            return Err(EngineError::Invalid(format!("a {} is pending; let it finish before changing the size", job.name())));
+        }
+        let handles = array.device_handles();
+        for h in &handles {
+            h.refresh_size().map_err(|e| EngineError::Failed(format!("{}: asking its size: {e}", h.label())))?;
+        }
+        array.close()?;
+        crate::reshape::resize(&handles, opts, ask)?;
+        let (a, _) = Array::assemble(handles, opts)?;
+        let a = Arc::new(a);
+        *stage = Stage::Plain(a.clone());
+        Ok(a)
+    }
+
     /// Flushes and marks the array clean (with a reshape, its position recorded).
     pub fn close(&self) -> Result<(), EngineError> {
         match &*self.current() {

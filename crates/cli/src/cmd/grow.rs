@@ -98,15 +98,19 @@ fn nothing_asked(a: &GrowArgs) -> bool {
     a.level.is_none() && a.raid_devices.is_none() && a.chunk.is_none() && a.layout.is_none() && a.size.is_none()
 }
 
-/// `--size max|S` on a stopped array: the superblocks get the new size, then the new part
-/// is resynced here (offline, nothing else runs), as md resyncs it.
-fn grow_size(a: &GrowArgs, size: &str, members: Vec<std::sync::Arc<dyn uraid_engine::Member>>, opts: &ArrayOptions) -> Result<ExitCode> {
-    let ask = if size.eq_ignore_ascii_case("max") {
+/// `--size max|S` as asked.
+pub fn size_ask(size: &str) -> Result<SizeAsk> {
+    Ok(if size.eq_ignore_ascii_case("max") {
         SizeAsk::Max
     } else {
         SizeAsk::Sectors(crate::util::parse_size(size).map_err(|e| anyhow::anyhow!("--size {size}: {e}"))? / 512)
-    };
-    let plan = resize(&members, opts, ask)?;
+    })
+}
+
+/// `--size max|S` on a stopped array: the superblocks get the new size, then the new part
+/// is resynced here (offline, nothing else runs), as md resyncs it.
+fn grow_size(a: &GrowArgs, size: &str, members: Vec<std::sync::Arc<dyn uraid_engine::Member>>, opts: &ArrayOptions) -> Result<ExitCode> {
+    let plan = resize(&members, opts, size_ask(size)?)?;
     let quiet = a.quiet || a.json;
     if !quiet {
         eprintln!("uraid: members now use {} sectors each (were {}); resyncing the new part", plan.size_sectors, plan.old_sectors);
@@ -160,19 +164,27 @@ fn grow_served(a: &GrowArgs, name: &str) -> Result<ExitCode> {
     if nothing_asked(a) {
         bail!("say what to change (--level, --raid-devices, --chunk, --layout, --size)");
     }
-    if a.size.is_some() {
-        bail!("{name} is served: uraid changes the member size of a stopped array only (uraid stop {name}, then uraid grow --size on its members)");
-    }
     let chunk_sectors = a.chunk.as_deref().map(chunk_sectors).transpose()?;
-    let req = Request::Grow { level: a.level.clone(), raid_devices: a.raid_devices, chunk_sectors, layout: a.layout.clone() };
+    let req = Request::Grow {
+        level: a.level.clone(),
+        raid_devices: a.raid_devices,
+        chunk_sectors,
+        layout: a.layout.clone(),
+        size: a.size.clone(),
+    };
     let st = call(name, req)?;
     if !a.quiet && !a.json {
         match st.state.as_str() {
             "reshaping" => eprintln!("uraid: {}: reshape started", st.name),
+            _ if a.size.is_some() => eprintln!("uraid: {}: now {} bytes; the new part is being resynced", st.name, st.size_bytes),
             _ => eprintln!("uraid: {}: now {} with {} members", st.name, st.level, st.raid_disks),
         }
     }
-    let st = if a.wait { follow(name, a.json, |st| st.state != "reshaping")? } else { st };
+    let st = match (a.wait, a.size.is_some()) {
+        (false, _) => st,
+        (true, false) => follow(name, a.json, |st| st.state != "reshaping")?,
+        (true, true) => follow(name, a.json, |st| st.job.is_none())?,
+    };
     if a.json {
         println!("{}", serde_json::to_string(&st)?);
     }
