@@ -322,7 +322,9 @@ impl Served {
         let a = &self.array();
         let mut message = None;
         let result: Result<()> = (|| {
-            if self.reshaping().is_some() && !matches!(req, Request::Status | Request::Stop) {
+            // A member may still be failed (md takes --fail during a reshape, which then goes
+            // on degraded); nothing else changes the array under a reshape.
+            if self.reshaping().is_some() && !matches!(req, Request::Status | Request::Stop | Request::Fail { .. }) {
                 bail!("{} is reshaping; this waits until the reshape is done (uraid status shows its progress)", self.name());
             }
             match req {
@@ -344,7 +346,10 @@ impl Served {
                     let req = GrowRequest { level, raid_disks: raid_devices, layout, chunk_sectors };
                     self.ask_shape_change(ShapeChange::Grow(req))?;
                 }
-                Request::Fail { device } => a.fail_device_by_label(&self.member_label(&device)?)?,
+                Request::Fail { device } => match self.reshaping() {
+                    Some(r) => r.fail_member(&self.member_label(&device)?)?,
+                    None => a.fail_device_by_label(&self.member_label(&device)?)?,
+                },
                 Request::BadBlocks { device, start, sectors } => a.add_bad_blocks(&self.member_label(&device)?, start, sectors)?,
                 Request::Remove { device } => a.remove_device(&self.member_label(&device)?)?,
                 Request::Add { device, force, re_add } => {

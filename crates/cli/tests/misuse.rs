@@ -58,7 +58,11 @@ impl Env {
     }
     /// `uraid serve` in the background; returns when its control socket answers.
     fn serve(&self, name: &str, members: &[&str]) -> Server {
+        self.serve_with(name, members, &[])
+    }
+    fn serve_with(&self, name: &str, members: &[&str], options: &[&str]) -> Server {
         let mut args = vec!["serve".to_string(), "--name".into(), name.into()];
+        args.extend(options.iter().map(|o| o.to_string()));
         args.extend(members.iter().map(|m| m.to_string()));
         let child = Command::new(BIN)
             .args(&args)
@@ -427,4 +431,44 @@ fn a_served_array_takes_the_room_of_grown_members_online() {
         let args: Vec<&str> = ["read", "--run"].into_iter().chain(left).collect();
         assert!(env.ok(&args).stdout == whole, "without member {lost}, the new part reads otherwise: not resynced");
     }
+}
+
+/// `uraid fail` during a reshape (md takes `mdadm --fail` then): the member is failed on both
+/// shapes and recorded, the reshape goes on degraded to its end, and every byte written
+/// before reads back from the members left.
+#[test]
+fn a_member_failed_during_a_reshape_leaves_a_degraded_reshape_that_finishes() {
+    let env = Env::new();
+    created(&env);
+    let content = uraid_parity::testdata::Prng::new(11).bytes(4 << 20);
+    std::fs::write(env.path("content"), &content).unwrap();
+    let out = Command::new(BIN)
+        .args(["write", "-q", MEMBERS[0], MEMBERS[1], MEMBERS[2]])
+        .current_dir(env.dir.path())
+        .stdin(std::fs::File::open(env.path("content")).unwrap())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Paced at 1 MB/s, the 32 MiB chunk change is still running when the fail arrives
+    // (on any machine: the pace is a ceiling, never reached sooner).
+    let server = env.serve_with("data", &MEMBERS, &["--speed-min", "1000", "--speed-max", "1000"]);
+    env.wait_quiet("data");
+    env.ok(&["grow", "data", "--chunk", "128K"]);
+    let state = |env: &Env| {
+        let v: serde_json::Value = serde_json::from_slice(&env.ok(&["detail", "data", "--json"]).stdout).unwrap();
+        v
+    };
+    assert_eq!(state(&env)["state"], "reshaping", "{}", state(&env));
+    env.ok(&["fail", "data", MEMBERS[1]]);
+    // Nothing else may change the array under a reshape.
+    env.refused(&["check", "data"], &["reshaping"]);
+    // Unpaced, the degraded reshape runs to its end.
+    env.ok(&["stop", "data"]);
+    drop(server);
+    let left = [MEMBERS[0], MEMBERS[2]];
+    env.ok(&["grow", "-q", "--continue", "--run", left[0], left[1]]);
+    let ex: serde_json::Value = serde_json::from_slice(&env.ok(&["examine", "--json", left[0], left[1]]).stdout).unwrap();
+    assert_eq!((ex[0]["chunk_size_kib"].as_u64(), ex[0]["array_state"].as_str()), (Some(128), Some("A.A")), "{ex}");
+    let got = env.ok(&["read", "--run", left[0], left[1]]).stdout;
+    assert!(got[..content.len()] == content[..], "content after a reshape that lost a member");
 }

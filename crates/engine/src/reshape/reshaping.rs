@@ -642,6 +642,19 @@ impl ReshapingArray {
         }
     }
 
+    /// Fails member `label` by request (mdadm --fail during a reshape): on both shapes, and
+    /// recorded faulty in the superblocks before this returns; the reshape goes on
+    /// degraded while the shapes can (as md's does).
+    pub fn fail_member(&self, label: &str) -> Result<(), EngineError> {
+        if !self.slots.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|s| !s.failed && s.member.label() == label) {
+            return Err(EngineError::Invalid(format!("{label} is not a working member of the array")));
+        }
+        for side in [&self.old, self.new.as_ref()] {
+            side.fail_device_by_label(label)?;
+        }
+        self.propagate_failures()
+    }
+
     /// Members a side failed are failed on the other side too, and recorded faulty in
     /// the superblocks.
     fn propagate_failures(&self) -> Result<(), EngineError> {
