@@ -214,6 +214,43 @@ impl Superblock {
     }
 }
 
+impl super::Superblock1 {
+    /// This member's superblock with the array-wide shape (and role table) of `newest`, for a member one
+    /// event behind it (md's margin): it missed the last update, which may have changed the
+    /// shape in place (a takeover, a size change) while no data moved. md takes the
+    /// array's shape from the freshest superblock the same way (`super_1_validate`). The
+    /// data area grows with the used size where the superblock precedes the data (1.1/1.2),
+    /// as the size change gave every device. `None` when there is nothing to adopt: the
+    /// shapes agree, the member is further behind or of another array, or either side
+    /// records a reshape (`reshape::ReshapeState` reads those).
+    pub fn with_shape_of(&self, newest: &super::Superblock1, device_sectors: u64) -> Option<super::Superblock1> {
+        let reshaping = |sb: &super::Superblock1| sb.feature_map.contains(FeatureMap::RESHAPE_ACTIVE);
+        if self.set_uuid != newest.set_uuid
+            || self.events + 1 != newest.events
+            || self.shape() == newest.shape()
+            || reshaping(self)
+            || reshaping(newest)
+        {
+            return None;
+        }
+        let mut sb = self.clone();
+        sb.level = newest.level;
+        sb.layout = newest.layout;
+        sb.chunksize_sectors = newest.chunksize_sectors;
+        sb.raid_disks = newest.raid_disks;
+        sb.size_sectors = newest.size_sectors;
+        // The update it missed may also have given a spare a role (the new member, rebuilt:
+        // its own superblock, written first, says so with a recovery offset) or taken one
+        // away: the freshest role table holds, or assembly would see a split brain.
+        sb.dev_roles = newest.dev_roles.clone();
+        if sb.super_offset_sectors < sb.data_offset_sectors && sb.data_size_sectors < newest.size_sectors {
+            sb.data_size_sectors = device_sectors.saturating_sub(sb.data_offset_sectors);
+        }
+        sb.sb_csum = sb.compute_checksum();
+        Some(sb)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -378,11 +378,18 @@ impl Array {
             // that still records it (a crash while the final superblocks went out, each
             // member having recorded the reshape complete first) holds its data in the
             // new shape: read it as its final superblock says.
+            //
+            // Likewise a member one event behind whose shape differs (a crash while a
+            // takeover or a size change rewrote the superblocks one by one; no data moved)
+            // takes the newest shape, as md takes it from the freshest superblock.
+            let newest = sb.clone();
             for c in candidates.iter_mut() {
                 if let Superblock::V1(own) = &c.superblock {
                     if own.set_uuid == uuid && own.events + 1 >= newest_events {
                         if let Ok(state) = uraid_core::metadata::reshape::ReshapeState::from_superblock(own) {
                             c.superblock = Superblock::V1(state.final_superblock(own, c.device_size_bytes / SECTOR_BYTES));
+                        } else if let Some(adopted) = own.with_shape_of(&newest, c.device_size_bytes / SECTOR_BYTES) {
+                            c.superblock = Superblock::V1(adopted);
                         }
                     }
                 }
