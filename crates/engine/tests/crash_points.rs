@@ -57,21 +57,27 @@ fn crash_at_every_write(rig: &Rig, change: impl FnOnce(&Array)) -> usize {
     let writes = rig.journal.stop();
     assert!(!writes.is_empty(), "the change wrote nothing");
     for k in 0..=writes.len() {
-        let mut disks = before.clone();
-        for (index, offset, bytes) in &writes[..k] {
-            disks[*index][*offset as usize..*offset as usize + bytes.len()].copy_from_slice(bytes);
-        }
-        let devs: Vec<Arc<dyn Member>> = disks
-            .into_iter()
-            .enumerate()
-            .map(|(i, bytes)| Arc::new(MemMember::new(rig.images[i].label().to_string(), bytes)) as Arc<dyn Member>)
-            .collect();
+        let devs = after_prefix(&rig.images, &before, &writes[..k]);
         let opts = ArrayOptions { writable: false, ..Default::default() };
         let (array, _) = Array::assemble(devs, &opts)
             .unwrap_or_else(|e| panic!("crash after write {k} of {}: the members do not assemble: {e}", writes.len()));
         assert!(read_all(&array) == rig.model, "crash after write {k} of {}: the array lost acknowledged writes", writes.len());
     }
     writes.len() + 1
+}
+
+/// The devices as a crash after `writes` (a prefix of the journal) leaves them: `before`
+/// with those writes applied, named as `images`.
+fn after_prefix(images: &[Arc<MemMember>], before: &[Vec<u8>], writes: &[(usize, u64, Vec<u8>)]) -> Vec<Arc<dyn Member>> {
+    let mut disks = before.to_vec();
+    for (index, offset, bytes) in writes {
+        disks[*index][*offset as usize..*offset as usize + bytes.len()].copy_from_slice(bytes);
+    }
+    disks
+        .into_iter()
+        .enumerate()
+        .map(|(i, bytes)| Arc::new(MemMember::new(images[i].label().to_string(), bytes)) as Arc<dyn Member>)
+        .collect()
 }
 
 /// Runs recovery steps (one region each, from the start) until one region is left.
@@ -175,15 +181,7 @@ fn crash_at_every_write_stopped(images: &[Arc<MemMember>], model: &[u8], what: &
     let writes = journal.stop();
     assert!(writes.len() >= 2, "{what}: the change wrote {} superblocks", writes.len());
     for k in 0..=writes.len() {
-        let mut disks = before.clone();
-        for (index, offset, bytes) in &writes[..k] {
-            disks[*index][*offset as usize..*offset as usize + bytes.len()].copy_from_slice(bytes);
-        }
-        let devs: Vec<Arc<dyn Member>> = disks
-            .into_iter()
-            .enumerate()
-            .map(|(i, bytes)| Arc::new(MemMember::new(images[i].label().to_string(), bytes)) as Arc<dyn Member>)
-            .collect();
+        let devs = after_prefix(images, &before, &writes[..k]);
         let mut opts = ArrayOptions { writable: false, ..Default::default() };
         opts.assemble.run = true;
         let (array, _) = Array::assemble(devs, &opts)
