@@ -284,3 +284,21 @@ fn size_max_uses_larger_members_and_resyncs_the_new_part() {
         assert_eq!(ok(dir, &with_devs(&["read", "--run"], &left)).stdout, whole, "without member {lost}");
     }
 }
+
+#[test]
+fn a_degraded_array_reshapes_degraded_with_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (devs, content) = filled(dir, "5", 3, &[]);
+    // Member 1 is gone; the spare stays a spare (a chunk change takes no new member).
+    let left: Vec<String> = [0, 2, 3].iter().map(|&i| devs[i].clone()).collect();
+    let before = sums(dir, &left);
+    let out = run(dir, &with_devs(&["grow", "--chunk", "128K"], &left));
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--run"), "{}", describe("uraid", &[], &out));
+    assert_eq!(sums(dir, &left), before, "a refused grow changed a member");
+    ok(dir, &with_devs(&["grow", "-q", "--run", "--chunk", "128K"], &left));
+    let ex = json(&ok(dir, &with_devs(&["examine", "--json"], &left)));
+    assert_eq!((ex[0]["chunk_size_kib"].as_u64(), ex[0]["array_state"].as_str()), (Some(128), Some("A.A")), "{ex}");
+    let out = ok(dir, &with_devs(&["read", "--run"], &left));
+    assert_eq!(&out.stdout[..content.len()], &content[..], "content after a degraded reshape");
+}

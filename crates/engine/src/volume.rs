@@ -110,7 +110,7 @@ impl LiveArray {
             None => Some(*req),
         };
         let reopen = || -> Result<Stage, EngineError> {
-            let (a, _) = Array::assemble(handles.clone(), opts)?;
+            let (a, _) = Array::assemble(handles.clone(), &running(opts))?;
             a.start_recovery_if_possible();
             Ok(Stage::Plain(Arc::new(a)))
         };
@@ -123,7 +123,9 @@ impl LiveArray {
                     t.level
                 )));
             }
-            (Some(rest), _) => match ReshapingArray::start(handles.clone(), opts, &rest) {
+            // The array is running already: degraded, it reshapes degraded (--run is about
+            // starting an array, which this is not).
+            (Some(rest), _) => match ReshapingArray::start(handles.clone(), &running(opts), &rest) {
                 Ok(r) => Stage::Reshaping(Arc::new(r)),
                 Err(e) if taken.is_some() => {
                     *stage = reopen()?;
@@ -147,7 +149,7 @@ impl LiveArray {
             return Err(EngineError::Invalid("the reshape has not finished".into()));
         }
         r.close()?;
-        let (array, _) = Array::assemble(r.device_handles(), opts)?;
+        let (array, _) = Array::assemble(r.device_handles(), &running(opts))?;
         let array = Arc::new(array);
         *stage = Stage::Plain(array.clone());
         Ok(array)
@@ -171,7 +173,7 @@ impl LiveArray {
         }
         array.close()?;
         crate::reshape::resize(&handles, opts, ask)?;
-        let (a, _) = Array::assemble(handles, opts)?;
+        let (a, _) = Array::assemble(handles, &running(opts))?;
         let a = Arc::new(a);
         *stage = Stage::Plain(a.clone());
         Ok(a)
@@ -233,4 +235,11 @@ impl Volume for LiveArray {
             Stage::Reshaping(_) => false,
         }
     }
+}
+
+/// `opts` for an array that is already running: assembling it degraded needs no `--run`.
+fn running(opts: &ArrayOptions) -> ArrayOptions {
+    let mut opts = *opts;
+    opts.assemble.run = true;
+    opts
 }

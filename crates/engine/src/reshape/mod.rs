@@ -20,26 +20,41 @@ use uraid_core::metadata::{Superblock, Superblock1};
 /// as md requires (clean, not degraded, every device given part of it); returns its spares
 /// by `dev_number`. `what`: the change, for messages.
 fn spares_of_a_changeable_array(devices: &[Arc<dyn Member>], opts: &ArrayOptions, what: &str) -> Result<Vec<u32>, EngineError> {
-    spares_of_a_changeable_array_missing(devices, opts, what, None)
+    spares_of_a_changeable_array_missing(devices, opts, what, MayMiss::Nothing)
 }
 
-/// [`spares_of_a_changeable_array`], also accepting an array whose only missing role is
-/// `may_miss` (RAID4/5 -> RAID0: md wants the parity member gone).
+/// Roles a change accepts missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MayMiss {
+    Nothing,
+    /// This role only (RAID4/5 -> RAID0: md wants the parity member gone).
+    Role(u32),
+    /// Any the array can run without, under the `--run` rule (a reshape: md reshapes a
+    /// degraded array, which stays degraded).
+    Any,
+}
+
+/// [`spares_of_a_changeable_array`], also accepting the missing roles `may_miss` allows.
 fn spares_of_a_changeable_array_missing(
     devices: &[Arc<dyn Member>],
     opts: &ArrayOptions,
     what: &str,
-    may_miss: Option<u32>,
+    may_miss: MayMiss,
 ) -> Result<Vec<u32>, EngineError> {
     let mut assemble = opts.assemble;
-    assemble.run |= may_miss.is_some();
+    assemble.run |= matches!(may_miss, MayMiss::Role(_));
     let (array, report) = Array::assemble(devices.to_vec(), &ArrayOptions { writable: false, assemble, ..*opts })?;
     if report.needs_resync {
         return Err(EngineError::Refused(format!(
             "the array was not shut down cleanly: let its resync finish (uraid serve) before {what}"
         )));
     }
-    if !report.degraded_roles.is_empty() && (may_miss.is_none() || report.degraded_roles != may_miss.into_iter().collect::<Vec<_>>()) {
+    let accepted = match may_miss {
+        MayMiss::Nothing => false,
+        MayMiss::Role(role) => report.degraded_roles == [role],
+        MayMiss::Any => true,
+    };
+    if !report.degraded_roles.is_empty() && !accepted {
         return Err(EngineError::Unsupported(format!(
             "the array is degraded (roles {:?} missing): rebuild it before {what}",
             report.degraded_roles

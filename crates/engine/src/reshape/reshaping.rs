@@ -151,7 +151,9 @@ impl ReshapingArray {
     /// it as md would, records the start in every superblock (md's fields, so md can take
     /// over from here), and opens it. Nothing is written when it is refused.
     pub fn start(devices: Vec<Arc<dyn Member>>, opts: &ArrayOptions, req: &GrowRequest) -> Result<ReshapingArray, EngineError> {
-        let spares = super::spares_of_a_changeable_array(&devices, opts, "reshaping")?;
+        // A degraded array reshapes as md reshapes it, staying degraded (the spares go to
+        // the new roles); assembling it degraded still takes --run.
+        let spares = super::spares_of_a_changeable_array_missing(&devices, opts, "reshaping", super::MayMiss::Any)?;
         let found = read_superblocks(&devices)?;
         let newest = found.iter().max_by_key(|(_, sb)| sb.events).map(|(_, sb)| sb.clone()).expect("assembled");
         if newest.feature_map.contains(FeatureMap::BITMAP_OFFSET) {

@@ -21,7 +21,10 @@ pub fn take_over(devices: &[Arc<dyn Member>], opts: &ArrayOptions, req: &GrowReq
     // a whole array and fails it itself. Which role is parity is checked by the plan.
     let parity_may_miss =
         (req.level == Some(0)).then(|| devices.iter().find_map(|d| probe(d.as_ref()).best().map(|(_, sb)| sb.raid_disks())));
-    let may_miss = parity_may_miss.flatten().and_then(|n| n.checked_sub(1));
+    let may_miss = match parity_may_miss.flatten().and_then(|n| n.checked_sub(1)) {
+        Some(role) => super::MayMiss::Role(role),
+        None => super::MayMiss::Nothing,
+    };
     let spares = super::spares_of_a_changeable_array_missing(devices, opts, "changing its level", may_miss)?;
     let (found, newest) = super::v1_superblocks(devices, "level changes")?;
     let sizes: Vec<DeviceSize> =
