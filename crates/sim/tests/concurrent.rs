@@ -102,9 +102,11 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
     );
     // Faults during reshapes: a degraded reshape, reads healed and writes failing mid-way.
     assert!(
-        reshape_member_failures.load(Ordering::Relaxed) > 10
-            && reshape_latent.load(Ordering::Relaxed) > 5
-            && reshape_unwritable.load(Ordering::Relaxed) >= 3,
+        // (Thresholds about half the counts seen: a seed replays its faults, but which
+        // tick a reshape's window lands on can vary between runs, see the README.)
+        reshape_member_failures.load(Ordering::Relaxed) >= 14
+            && reshape_latent.load(Ordering::Relaxed) >= 5
+            && reshape_unwritable.load(Ordering::Relaxed) >= 2,
         "the seeds should fail members and plant bad sectors while reshapes run"
     );
 }
