@@ -858,6 +858,15 @@ impl Sim {
                     self.log(format!("{device} died during assembly; left out"));
                     given.retain(|&i| self.disks[i].label() != device);
                 }
+                (_, _, Err(_)) if attempts < 10 && given.iter().any(|&i| self.disks[i].is_dead()) => {
+                    // A disk died while being probed and assembly left it out as missing
+                    // (its superblock no longer reads), which can make the array dirty and
+                    // degraded: judge again without it, as an administrator would.
+                    let dead: Vec<String> =
+                        given.iter().filter(|&&i| self.disks[i].is_dead()).map(|&i| self.disks[i].label().to_string()).collect();
+                    self.log(format!("{} died during assembly; left out", dead.join(", ")));
+                    given.retain(|&i| !self.disks[i].is_dead());
+                }
                 (true, false, Err(EngineError::Refused(why))) => {
                     self.stats.refusals += 1;
                     self.log(format!("assembly refused as md does (dirty + degraded): {why}"));
