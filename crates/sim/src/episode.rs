@@ -909,6 +909,11 @@ impl Sim {
         }
         a.start_recovery_if_possible();
         self.run_jobs(&mut missing_seen, None)?;
+        // The writes before the crash are settled by this restart (resynced, or, with no
+        // redundancy left to resync, recorded clean as md records it): the clean-mark
+        // invariant is about writes after it (seeds 3582, 3902 flagged an array that ran
+        // without redundancy after the restart, got a member back and was recorded clean).
+        self.writes_since_clean = false;
         // md writes its superblocks with a flush when a resync ends; the model's "flushed"
         // values after restart assume the same.
         a.flush().map_err(|e| format!("flush after restart: {e}"))?;
