@@ -998,6 +998,31 @@ impl Array {
         false
     }
 
+    /// [`Array::rewrite_unreadable`] for a block rebuilt from parity over `sector..`: only
+    /// the 4 KiB pieces that still fail to read are rewritten, as md rebuilds and rewrites
+    /// only the failing page of a stripe. The pieces that read are left as they are: in a
+    /// stripe whose parity may be stale (an unclean shutdown, before its resync) the
+    /// rebuilt copy of a readable sector could be wrong, and writing it would destroy a
+    /// good sector. Returns whether every failing piece was rewritten.
+    pub(crate) fn rewrite_unreadable_pieces(&self, rm: &RoleMember, sector: u64, data: &[u8]) -> bool {
+        let piece = 8 * SECTOR_BYTES as usize;
+        let end = sector + (data.len() as u64) / SECTOR_BYTES;
+        let mut at = sector;
+        let mut all = true;
+        let mut probe = vec![0u8; piece];
+        while at < end {
+            let next = ((at / 8) + 1) * 8;
+            let next = next.min(end);
+            let (from, to) = (((at - sector) * SECTOR_BYTES) as usize, ((next - sector) * SECTOR_BYTES) as usize);
+            let buf = &mut probe[..to - from];
+            if rm.member.read_at(buf, rm.data_offset + at * SECTOR_BYTES).is_err() {
+                all &= self.rewrite_unreadable(rm, at, &data[from..to]);
+            }
+            at = next;
+        }
+        all
+    }
+
     /// [`Array::read_member`] for callers that rebuild around a bad range: a read error that
     /// leaves the member serving (below `max_read_errors`) is reported with `kept`.
     /// `counted`: this request's error on the member was counted already (a batched read

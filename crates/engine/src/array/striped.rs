@@ -561,7 +561,7 @@ impl Array {
                 };
                 match block.filter(|_| rebuilt) {
                     Some(content) => {
-                        if self.rewrite_unreadable(rm, lo, content) {
+                        if self.rewrite_unreadable_pieces(rm, lo, content) {
                             corrected.push((role, true));
                         } else if rm.bad_blocks.overlaps(rm.data_offset / SECTOR_BYTES + lo, hi - lo) {
                             corrected.push((role, false));
