@@ -51,11 +51,24 @@ impl Probe {
     }
 }
 
-/// Splits `devices` into those that may be assembled and the labels of those that failed
-/// to read where a superblock would be ([`Probe::failed_to_read`]): md's missing members.
-pub fn split_unreadable(devices: Vec<Arc<dyn Member>>) -> (Vec<Arc<dyn Member>>, Vec<String>) {
-    let (unreadable, readable): (Vec<_>, Vec<_>) = devices.into_iter().partition(|d| probe(d.as_ref()).failed_to_read());
-    (readable, unreadable.iter().map(|d| d.label().to_string()).collect())
+/// A device and what probing it found.
+pub type Probed = (Arc<dyn Member>, Probe);
+
+/// Probes `devices` once each and splits them into those that may be assembled (with
+/// their probe) and the labels of those that failed to read where a superblock would be
+/// ([`Probe::failed_to_read`]): md's missing members.
+pub fn probe_leaving_out_unreadable(devices: Vec<Arc<dyn Member>>) -> (Vec<Probed>, Vec<String>) {
+    let mut readable = Vec::with_capacity(devices.len());
+    let mut unreadable = Vec::new();
+    for dev in devices {
+        let p = probe(dev.as_ref());
+        if p.failed_to_read() {
+            unreadable.push(dev.label().to_string());
+        } else {
+            readable.push((dev, p));
+        }
+    }
+    (readable, unreadable)
 }
 
 /// Why a decoded superblock found at `loc` cannot be used on `member`, if it cannot.

@@ -96,12 +96,7 @@ impl LiveArray {
     /// background job is using the plain array. On a refusal the plain array stays.
     pub fn grow(&self, opts: &ArrayOptions, req: &GrowRequest) -> Result<Stage, EngineError> {
         let mut stage = self.stage.write().unwrap_or_else(|p| p.into_inner());
-        let Stage::Plain(array) = &*stage else {
-            return Err(EngineError::Invalid("a reshape is already running; let it finish first".into()));
-        };
-        if let Some(job) = array.pending_job() {
-            return Err(EngineError::Invalid(format!("a {} is pending; let it finish before reshaping", job.name())));
-        }
+        let array = plain_and_idle(&stage, "reshaping")?;
         let handles = array.device_handles();
         array.close()?;
         let taken = crate::reshape::take_over(&handles, opts, req)?;
@@ -161,12 +156,7 @@ impl LiveArray {
     /// runs; when refused, the array goes on as it was.
     pub fn resize(&self, opts: &ArrayOptions, ask: uraid_core::metadata::resize::SizeAsk) -> Result<Arc<Array>, EngineError> {
         let mut stage = self.stage.write().unwrap_or_else(|p| p.into_inner());
-        let Stage::Plain(array) = &*stage else {
-            return Err(EngineError::Invalid("a reshape is running; let it finish first".into()));
-        };
-        if let Some(job) = array.pending_job() {
-            return Err(EngineError::Invalid(format!("a {} is pending; let it finish before changing the size", job.name())));
-        }
+        let array = plain_and_idle(&stage, "changing the size")?;
         let handles = array.device_handles();
         for h in &handles {
             h.refresh_size().map_err(|e| EngineError::Failed(format!("{}: asking its size: {e}", h.label())))?;
@@ -242,4 +232,16 @@ fn running(opts: &ArrayOptions) -> ArrayOptions {
     let mut opts = *opts;
     opts.assemble.run = true;
     opts
+}
+
+/// The plain array of `stage`, refused while a reshape runs or a job is pending (`what`:
+/// the change asked, for the message).
+fn plain_and_idle<'a>(stage: &'a Stage, what: &str) -> Result<&'a Arc<Array>, EngineError> {
+    let Stage::Plain(array) = stage else {
+        return Err(EngineError::Invalid("a reshape is already running; let it finish first".into()));
+    };
+    if let Some(job) = array.pending_job() {
+        return Err(EngineError::Invalid(format!("a {} is pending; let it finish before {what}", job.name())));
+    }
+    Ok(array)
 }

@@ -22,7 +22,6 @@ use crate::bad_blocks::{BadBlockLog, LoggedMember};
 use crate::locks::StripeLocks;
 use crate::member::Member;
 use crate::parallel::MemberIo;
-use crate::scan::probe;
 use crate::stripe_cache::{StripeCache, DEFAULT_STRIPE_CACHE_PAGES};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -339,22 +338,14 @@ impl Array {
     /// Probes `devices`, decides as md would which of them form the array, and builds it.
     /// Nothing is written: not even in writable mode, until the first write.
     pub fn assemble(devices: Vec<Arc<dyn Member>>, opts: &ArrayOptions) -> Result<(Array, AssemblyReport), EngineError> {
-        let (readable, unreadable) = crate::scan::split_unreadable(devices);
-        if !unreadable.is_empty() && !readable.is_empty() {
-            let (array, mut report) = Array::assemble(readable, opts)?;
-            for label in unreadable {
-                report.warnings.push(format!("{label}: left out: its superblock cannot be read (I/O error)"));
-            }
-            return Ok((array, report));
-        }
-        if readable.is_empty() && !unreadable.is_empty() {
+        let (probed, unreadable) = crate::scan::probe_leaving_out_unreadable(devices);
+        if probed.is_empty() && !unreadable.is_empty() {
             return Err(EngineError::NoSuperblock { device: unreadable.join(", "), detail: " (it cannot be read: I/O error)".into() });
         }
-        let devices = readable;
+        let devices: Vec<Arc<dyn Member>> = probed.iter().map(|(d, _)| d.clone()).collect();
         let mut candidates = Vec::new();
         let mut sb_offsets = Vec::new();
-        for dev in &devices {
-            let p = probe(dev.as_ref());
+        for (dev, p) in &probed {
             let Some((loc, sb)) = p.best().cloned() else {
                 let detail = if p.rejected.is_empty() {
                     String::new()
@@ -411,6 +402,7 @@ impl Array {
             (_, None) => return Err(EngineError::Refused("no array found among the devices".into())),
         };
         let mut report = AssemblyReport { degraded_roles: plan.missing_roles.clone(), ..Default::default() };
+        report.warnings.extend(unreadable.iter().map(|label| format!("{label}: left out: its superblock cannot be read (I/O error)")));
         for (idx, why) in &plan.excluded {
             report.warnings.push(format!("{}: {}; its data is not used", candidates[*idx].label, exclusion_text(why)));
         }

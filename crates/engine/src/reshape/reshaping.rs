@@ -104,9 +104,14 @@ fn striped_shape(array: &Array, data_offset_sectors: u64) -> Option<StripedShape
 
 /// Reads the newest v1 superblock of every device; all must belong to one array.
 fn read_superblocks(devices: &[Arc<dyn Member>]) -> Result<Vec<(u64, Superblock1)>, EngineError> {
-    let mut found: Vec<(u64, Superblock1)> = Vec::with_capacity(devices.len());
-    for dev in devices {
-        match probe(dev.as_ref()).best().cloned() {
+    superblocks_of(&devices.iter().map(|d| (d.clone(), probe(d.as_ref()))).collect::<Vec<_>>())
+}
+
+/// [`read_superblocks`] of devices already probed.
+fn superblocks_of(probed: &[crate::scan::Probed]) -> Result<Vec<(u64, Superblock1)>, EngineError> {
+    let mut found: Vec<(u64, Superblock1)> = Vec::with_capacity(probed.len());
+    for (dev, p) in probed {
+        match p.best().cloned() {
             Some((loc, Superblock::V1(sb))) => found.push((loc.offset_bytes, sb)),
             Some((_, Superblock::V090(_))) => {
                 return Err(EngineError::Unsupported("a 0.90 array in the middle of a reshape is not supported yet".into()))
@@ -118,8 +123,8 @@ fn read_superblocks(devices: &[Arc<dyn Member>]) -> Result<Vec<(u64, Superblock1
         if let Some(i) = found.iter().position(|(_, sb)| sb.set_uuid != first.set_uuid) {
             return Err(EngineError::Refused(format!(
                 "{} belongs to another array than {}: give the members of one array",
-                devices[i].label(),
-                devices[0].label()
+                probed[i].0.label(),
+                probed[0].0.label()
             )));
         }
     }
@@ -191,8 +196,9 @@ impl ReshapingArray {
     /// the reshape and take writes; read-only, it never writes.
     pub fn open(devices: Vec<Arc<dyn Member>>, opts: &ArrayOptions) -> Result<ReshapingArray, EngineError> {
         // A device failing to read its superblock is missing, as for any assembly.
-        let (devices, _unreadable) = crate::scan::split_unreadable(devices);
-        let found = read_superblocks(&devices)?;
+        let (probed, _unreadable) = crate::scan::probe_leaving_out_unreadable(devices);
+        let found = superblocks_of(&probed)?;
+        let devices: Vec<Arc<dyn Member>> = probed.into_iter().map(|(d, _)| d).collect();
         let newest_events = found.iter().map(|(_, sb)| sb.events).max().ok_or_else(|| EngineError::Refused("no devices given".into()))?;
         // Devices behind the newest (by more than md's one-event margin: a crash between
         // two members' superblock writes) are left out of the reshape, as assembly would.
