@@ -248,6 +248,23 @@ impl Member for LoggedMember {
         self.log.cleared_by_write(offset, bufs.iter().map(|b| b.len() as u64).sum());
         Ok(())
     }
+    // Forwarded whole, so a backend that queues a request's runs together still sees them
+    // together. On an error nothing is cleared: a range that stays listed is only rebuilt
+    // and rewritten again, never trusted.
+    fn run_batch(&self, runs: &mut [crate::member::Run<'_>]) -> io::Result<()> {
+        for r in runs.iter() {
+            if let crate::member::Bufs::Read(_) = r.bufs {
+                self.check_read(r.offset, r.bufs.bytes() as u64)?;
+            }
+        }
+        self.inner.run_batch(runs)?;
+        for r in runs.iter() {
+            if let crate::member::Bufs::Write(_) = r.bufs {
+                self.log.cleared_by_write(r.offset, r.bufs.bytes() as u64);
+            }
+        }
+        Ok(())
+    }
     fn flush(&self) -> io::Result<()> {
         self.inner.flush()
     }

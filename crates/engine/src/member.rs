@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 use uraid_parity::buffer::AlignedBuf;
 
+pub use crate::parallel::{Bufs, Run};
+
 /// A device holding one md member: byte-addressed reads and writes at offsets.
 pub trait Member: Send + Sync {
     /// Human name (the path, or a label) used in messages.
@@ -46,6 +48,18 @@ pub trait Member: Send + Sync {
             at += b.len() as u64;
         }
         Ok(())
+    }
+    /// Runs one request's operations on this member (disjoint ranges, in offset order),
+    /// returning the first error; operations after a failed one may be skipped. The default
+    /// runs them one after another. A backend that queues requests overrides it to take them
+    /// all at once, as md's bios reach a disk's queue together: the bench's disk model does,
+    /// so a disk that reorders its queue sees a RAID5 read's runs (split at each parity
+    /// chunk) as one stream, not one run at a time with another request's runs between them.
+    fn run_batch(&self, runs: &mut [Run<'_>]) -> io::Result<()> {
+        runs.iter_mut().try_for_each(|r| match &mut r.bufs {
+            Bufs::Read(b) => self.read_vectored_at(b, r.offset),
+            Bufs::Write(b) => self.write_vectored_at(b, r.offset),
+        })
     }
     /// Makes every completed write durable.
     fn flush(&self) -> io::Result<()>;

@@ -70,7 +70,7 @@ pub fn run_in_line<T: Send>(ops: Ops<'_, T>) -> Vec<T> {
 }
 
 /// The buffers of one member request.
-pub(crate) enum Bufs<'a> {
+pub enum Bufs<'a> {
     /// Filled one after another from the offset.
     Read(Vec<&'a mut [u8]>),
     /// Written one after another from the offset.
@@ -78,7 +78,8 @@ pub(crate) enum Bufs<'a> {
 }
 
 impl Bufs<'_> {
-    pub(crate) fn bytes(&self) -> usize {
+    /// Bytes the request moves.
+    pub fn bytes(&self) -> usize {
         match self {
             Bufs::Read(b) => b.iter().map(|b| b.len()).sum(),
             Bufs::Write(b) => b.iter().map(|b| b.len()).sum(),
@@ -118,7 +119,7 @@ pub(crate) fn push_read<'a>(runs: &mut Vec<Run<'a>>, offset: u64, buf: &'a mut [
 }
 
 /// One request on a member: a vectored read or write at a byte offset.
-pub(crate) struct Run<'a> {
+pub struct Run<'a> {
     pub offset: u64,
     pub bufs: Bufs<'a>,
 }
@@ -163,7 +164,7 @@ pub(crate) fn run_member_io(batch: Vec<MemberIo<'_>>) -> Vec<io::Result<()>> {
         .into_iter()
         .map(|MemberIo { member, mut runs }| {
             let bytes = runs.iter().map(|r| r.bufs.bytes()).sum();
-            let f: Box<dyn FnOnce() -> io::Result<()> + Send> = Box::new(move || runs.iter_mut().try_for_each(|r| r.run_on(member)));
+            let f: Box<dyn FnOnce() -> io::Result<()> + Send> = Box::new(move || member.run_batch(&mut runs));
             (bytes, f)
         })
         .collect();

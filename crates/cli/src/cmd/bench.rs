@@ -106,15 +106,20 @@ struct DisksArgs {
     /// Chunk size.
     #[arg(long, default_value = "64K")]
     chunk: String,
-    /// Bytes per disk (held in memory).
-    #[arg(long, default_value = "64M")]
-    disk_size: String,
+    /// Bytes per disk, held in memory (default 128M; 256M with --ten-disk, whose requests
+    /// are 64 MiB). Sequential workloads cover the whole array once; on smaller disks they
+    /// are a few requests long and the start and end of the stream weigh.
+    #[arg(long)]
+    disk_size: Option<String>,
     /// 4 KiB random writes per random point.
     #[arg(long, default_value_t = 800)]
     random_writes: usize,
     /// Random writes in flight.
     #[arg(long, default_value_t = 32)]
     threads: usize,
+    /// Sequential requests in flight (one stream, as fio's iodepth).
+    #[arg(long, default_value_t = 2)]
+    seq_depth: usize,
     /// Instead: md's 10-disk experiment (RAID0 and RAID6 sequential write, RAID6 check) on
     /// disks of this profile, scaled to what this machine carries (default 50M:8ms).
     #[arg(long, num_args = 0..=1, default_missing_value = "50M:8ms")]
@@ -591,11 +596,13 @@ fn run_array(a: ArrayArgs) -> Result<ExitCode> {
 fn run_disks(a: DisksArgs) -> Result<ExitCode> {
     use uraid_bench::disks;
     uraid_parity::selection();
-    let disk_bytes = usize::try_from(crate::util::parse_size(&a.disk_size)?)?;
+    let default_size = if a.ten_disk.is_some() { "256M" } else { "128M" };
+    let disk_bytes = usize::try_from(crate::util::parse_size(a.disk_size.as_deref().unwrap_or(default_size))?)?;
     let status = StatusLine::new("bench disks", a.json);
     if let Some(profile) = &a.ten_disk {
         let p = disks::DiskProfile::parse(profile).map_err(|e| anyhow::anyhow!(e))?;
-        let (records, ratio) = disks::ten_disk_experiment(p, disk_bytes, &mut |line| status.show(line)).map_err(|e| anyhow::anyhow!(e))?;
+        let (records, ratio) =
+            disks::ten_disk_experiment(p, disk_bytes, a.seq_depth, &mut |line| status.show(line)).map_err(|e| anyhow::anyhow!(e))?;
         status.done();
         if a.json {
             println!(
@@ -616,6 +623,7 @@ fn run_disks(a: DisksArgs) -> Result<ExitCode> {
         disk_bytes,
         random_writes: a.random_writes,
         threads: a.threads.max(1),
+        seq_depth: a.seq_depth.max(1),
     };
     let records = disks::run(&cfg, &mut |line| status.show(line)).map_err(|e| anyhow::anyhow!(e))?;
     status.done();

@@ -1188,6 +1188,14 @@ impl Array {
         WRITE_GROUP_UNITS.max(WRITE_GROUP_MEMBER_BYTES / per_member_bytes.max(1))
     }
 
+    /// Bytes of the longest write the engine writes as one group: a sequential writer that
+    /// issues requests of this size (aligned to it) and keeps two in flight keeps every
+    /// member busy, one group queued behind the one being written (a longer request's
+    /// groups go one after another, and another request's group could come between them).
+    pub fn write_group_bytes(&self) -> u64 {
+        self.write_group_units() * self.lock_unit_sectors() * SECTOR_BYTES
+    }
+
     fn lock_unit_sectors(&self) -> u64 {
         match self.geometry.as_parity() {
             Some(p) => p.stripe_data_sectors(),
