@@ -55,6 +55,9 @@ pub enum Request {
         /// The members' used size (`max` or a size with a suffix), alone.
         #[serde(default)]
         size: Option<String>,
+        /// mdadm --array-size, sectors: the size a shrink may cut the array to.
+        #[serde(default)]
+        array_size_sectors: Option<u64>,
     },
     Stop,
 }

@@ -333,7 +333,7 @@ impl Served {
                     let ask = crate::cmd::grow::size_ask(&size)?;
                     self.ask_shape_change(ShapeChange::Size(ask))?;
                 }
-                Request::Grow { level, raid_devices, chunk_sectors, layout, size: None } => {
+                Request::Grow { level, raid_devices, chunk_sectors, layout, size: None, array_size_sectors } => {
                     let level = level.as_deref().map(crate::cmd::grow::parse_level).transpose()?;
                     let target = match level {
                         Some(l) => uraid_core::geometry::Level::from_md(l).map_err(|e| anyhow::anyhow!("{e}"))?,
@@ -343,7 +343,7 @@ impl Served {
                         Some(l) => crate::cmd::grow::grow_layout(l, a.level(), a.layout(), target)?,
                         None => None,
                     };
-                    let req = GrowRequest { level, raid_disks: raid_devices, layout, chunk_sectors };
+                    let req = GrowRequest { level, raid_disks: raid_devices, layout, chunk_sectors, array_size_sectors };
                     self.ask_shape_change(ShapeChange::Grow(req))?;
                 }
                 Request::Fail { device } => match self.reshaping() {

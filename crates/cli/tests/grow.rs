@@ -97,15 +97,58 @@ fn every_change_keeps_the_content_even_when_stopped_half_way() {
     assert_eq!(ex[0]["layout"], "right-asymmetric", "{ex}");
 }
 
+/// md's shrink: refused until the array is cut to its new capacity (`--array-size`), then
+/// run backwards; the content up to the cut stays, the member that leaves becomes a spare,
+/// and the smaller array survives the loss of any member.
+#[test]
+fn a_shrink_needs_the_array_cut_first_then_keeps_the_content_up_to_the_cut() {
+    for (level, n) in [("5", 4), ("6", 5)] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let (devs, content) = filled(dir, level, n, &[]);
+        let fewer = (n - 1).to_string();
+        let before = sums(dir, &devs);
+        let out = run(dir, &with_devs(&["grow", "-n", &fewer], &devs));
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(!out.status.success() && err.contains("--array-size"), "{}", describe("uraid", &[], &out));
+        assert_eq!(sums(dir, &devs), before, "a refused shrink changed a member");
+        // The capacity the refusal names, in KiB.
+        let kib: u64 = err.split("--array-size ").nth(1).and_then(|t| t.split('K').next()).and_then(|t| t.parse().ok()).expect("a size");
+        let too_much = format!("{}K", kib + 64);
+        let out = run(dir, &with_devs(&["grow", "-n", &fewer, "--array-size", &too_much], &devs));
+        assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("more than"), "{}", describe("uraid", &[], &out));
+        assert_eq!(sums(dir, &devs), before, "a refused shrink changed a member");
+        // Stopped a third of the way, then continued.
+        let cut = format!("{kib}K");
+        let parked = json(&ok(dir, &with_devs(&["grow", "--json", "-n", &fewer, "--array-size", &cut, "--sync-max", "8192"], &devs)));
+        assert_eq!(parked["finished"], false, "{parked}");
+        let kept = (kib * 1024) as usize;
+        assert_eq!(read_prefix(dir, &devs, kept), content[..kept], "RAID{level}: content while parked mid-shrink");
+        let done = json(&ok(dir, &with_devs(&["grow", "--json", "--continue"], &devs)));
+        assert_eq!(done["finished"], true, "{done}");
+        let after = ok(dir, &with_devs(&["read"], &devs)).stdout;
+        assert_eq!(after.len(), kept, "RAID{level}: the array is its new capacity");
+        assert!(after == content[..kept], "RAID{level}: content after the shrink");
+        let ex = json(&ok(dir, &with_devs(&["examine", "--json"], &devs)));
+        let roles: Vec<String> = ex.as_array().unwrap().iter().map(|e| e["role"].to_string()).collect();
+        assert_eq!(roles.iter().filter(|r| r.contains("spare")).count(), 2, "RAID{level}: the member that left and the spare: {roles:?}");
+        for lost in 0..n - 1 {
+            let left: Vec<String> = devs.iter().enumerate().filter(|(i, _)| *i != lost).map(|(_, d)| d.clone()).collect();
+            assert!(ok(dir, &with_devs(&["read", "--run"], &left)).stdout == after, "RAID{level}: without member {lost}");
+        }
+    }
+}
+
 #[test]
 fn refusals_say_what_would_work_and_change_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let (devs, _) = filled(dir, "6", 4, &[]);
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["grow", "-n", "6"], "add them first"),
         (&["grow", "-n", "4"], "nothing to change"),
-        (&["grow", "-n", "3"], "shrink"),
+        (&["grow", "-n", "3"], "at least 4 members"),
+        (&["grow", "-n", "5", "--array-size", "1M"], "only truncates an array before a shrink"),
         (&["grow", "--chunk", "96K"], "power of two"),
         (&["grow"], "say what to change"),
     ];

@@ -362,7 +362,14 @@ fn plan_array(candidates: &[Candidate], group: &[usize], uuid: MdUuid, options: 
                 continue;
             }
         }
-        plan.clean &= member.is_clean();
+        // Clean or dirty comes from the freshest superblocks, as md takes it (`super_1_validate`
+        // reads `resync_offset` from the freshest device only): a member one event behind
+        // that still says dirty missed the clean mark, which md writes only once every write
+        // is on disk. Counting it would leave an array half-marked by a crash during the clean
+        // mark refusing to start without --force after a member loss, though nothing is stale.
+        if member.events() == newest_events {
+            plan.clean &= member.is_clean();
+        }
         let recovered = member.recovery_offset_sectors();
         if is_replacement {
             plan.replacements.push(Replacement { role, member: index, recovered_sectors: recovered });

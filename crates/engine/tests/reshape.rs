@@ -140,9 +140,13 @@ fn finish_after_restart(devs: Vec<Arc<dyn Member>>) -> Array {
 }
 
 #[test]
-fn a_crash_at_any_instant_of_a_grow_under_writes_loses_no_flushed_write() {
-    for (level, disks, seed) in [(Level::Raid5, 3, 11u64), (Level::Raid6, 4, 12)] {
-        let mut shape = Shape::new(level, disks).spares(1);
+fn a_crash_at_any_instant_of_a_grow_or_shrink_under_writes_loses_no_flushed_write() {
+    // A grow by one member (from a spare), and a shrink by one (md's backwards reshape; the
+    // array cut to a quarter of the members first, as --array-size asks).
+    for (level, disks, seed, grow) in
+        [(Level::Raid5, 3, 11u64, true), (Level::Raid6, 4, 12, true), (Level::Raid5, 4, 13, false), (Level::Raid6, 5, 14, false)]
+    {
+        let mut shape = Shape::new(level, disks).spares(usize::from(grow));
         shape.member_bytes = 2 << 20;
         shape.chunk_kib = 16;
         let made = make(&shape);
@@ -156,8 +160,15 @@ fn a_crash_at_any_instant_of_a_grow_under_writes_loses_no_flushed_write() {
             .collect();
         let original = read_all(&open(&images, false));
         let opts = ArrayOptions { writable: true, ..Default::default() };
-        let grow = GrowRequest { raid_disks: Some(disks as u32 + 1), ..Default::default() };
-        let array = ReshapingArray::start(devs, &opts, &grow).expect("start");
+        let parity = if level == Level::Raid6 { 2 } else { 1 };
+        let req = if grow {
+            GrowRequest { raid_disks: Some(disks as u32 + 1), ..Default::default() }
+        } else {
+            let cut = (disks as u64 - 1 - parity) * (shape.member_bytes as u64 / 512 / 4);
+            GrowRequest { raid_disks: Some(disks as u32 - 1), array_size_sectors: Some(cut), ..Default::default() }
+        };
+        let array = ReshapingArray::start(devs, &opts, &req).expect("start");
+        let what_reshape = if grow { "grow" } else { "shrink" };
         let size = array.size_bytes() as usize;
         let mut rng = Rng::new(seed);
         let mut writes = Vec::new();
@@ -198,7 +209,7 @@ fn a_crash_at_any_instant_of_a_grow_under_writes_loses_no_flushed_write() {
                     in_flight = Some(w);
                 }
             }
-            let what = format!("{level:?}: crash after event {k} of {} ({unflushed:?})", events.len());
+            let what = format!("{level:?} {what_reshape}: crash after event {k} of {} ({unflushed:?})", events.len());
             let got = read_restarted(as_devices(&mem_images(image.clone())), size).unwrap_or_else(|e| panic!("{what}: does not open: {e}"));
             let mut reference = expected.clone();
             for s in (0..size).step_by(512) {

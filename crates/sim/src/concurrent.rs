@@ -95,6 +95,8 @@ pub struct ConcurrentOutcome {
     /// A reshape (more members, another chunk or layout) ran under the clients, finished
     /// before the end or after a crash and restart.
     pub reshaped: bool,
+    /// That reshape removed a member (a shrink, run backwards).
+    pub shrunk: bool,
     /// A fault (a member failing, latent or unwritable sectors) was injected while the
     /// reshape ran.
     pub reshape_faulted: bool,
@@ -448,8 +450,16 @@ fn plan(seed: u64, limits: &ConcurrentLimits) -> Plan {
     // or unwritable sectors (never a crash with those, for the write-hole reason above).
     // Not with a hot replace: uraid reshapes only an array with no job pending.
     let reshapable = matches!(level, Level::Raid4 | Level::Raid5 | Level::Raid6) && !shape.bitmap;
-    let reshape = (reshapable && !replace && rng.chance(30)).then(|| match rng.below(3) {
+    // A shrink (one member fewer, md's backwards reshape) needs the array cut first: to what
+    // the clients use, far below the new capacity.
+    let shrinkable = if level == Level::Raid6 { disks >= 5 } else { disks >= 4 };
+    let reshape = (reshapable && !replace && rng.chance(30)).then(|| match rng.below(4) {
         0 if shape.spares > 0 => GrowRequest { raid_disks: Some(disks as u32 + 1), ..Default::default() },
+        3 if shrinkable => GrowRequest {
+            raid_disks: Some(disks as u32 - 1),
+            array_size_sectors: Some((blocks * BLOCK) as u64 / 512),
+            ..Default::default()
+        },
         1 if level == Level::Raid5 => GrowRequest { layout: Some((shape.layout.unwrap_or(2) + 1) % 4), ..Default::default() },
         _ => GrowRequest { chunk_sectors: Some(shape.chunk_kib * 4), ..Default::default() },
     });
@@ -842,6 +852,7 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
 
     outcome.reshape_refused = reshape_refused.load(Ordering::Acquire);
     outcome.reshaped = plan.reshape.is_some() && !outcome.reshape_refused;
+    outcome.shrunk = outcome.reshaped && plan.reshape.as_ref().and_then(|r| r.raid_disks).is_some_and(|n| (n as usize) < shape.disks);
     if outcome.crashed {
         // The old array may try to close itself while dropped; the disks are off.
         drop(array);

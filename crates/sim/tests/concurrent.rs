@@ -19,6 +19,7 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
     let (latent, corrected) = (AtomicU64::new(0), AtomicU64::new(0));
     let (unwritable, listed) = (AtomicU64::new(0), AtomicU64::new(0));
     let (reshapes, reshapes_crashed) = (AtomicU64::new(0), AtomicU64::new(0));
+    let (shrinks, shrinks_crashed) = (AtomicU64::new(0), AtomicU64::new(0));
     // Reshapes during which a member failed, a latent sector or an unwritable one appeared.
     let (reshape_member_failures, reshape_latent, reshape_unwritable) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let failures = Mutex::new(Vec::new());
@@ -42,6 +43,8 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
                         listed.fetch_add(o.listed_ranges, Ordering::Relaxed);
                         reshapes.fetch_add(o.reshaped as u64, Ordering::Relaxed);
                         reshapes_crashed.fetch_add((o.reshaped && o.crashed) as u64, Ordering::Relaxed);
+                        shrinks.fetch_add(o.shrunk as u64, Ordering::Relaxed);
+                        shrinks_crashed.fetch_add((o.shrunk && o.crashed) as u64, Ordering::Relaxed);
                         let during = o.reshaped && o.reshape_faulted;
                         reshape_member_failures.fetch_add((during && o.member_failed) as u64, Ordering::Relaxed);
                         reshape_latent.fetch_add((during && o.latent_sectors) as u64, Ordering::Relaxed);
@@ -59,7 +62,7 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
     let max = max_in_flight.load(Ordering::Relaxed);
     eprintln!(
         "concurrent: 1000 seeds, {} crashes, {} member failures, {} hot replaces, {} with latent sectors ({} read errors corrected), \
-         {} with unwritable sectors ({} ranges listed), {} reshapes ({} crashed, {} with a member failing, {} with latent and {} with unwritable sectors appearing during the reshape); \
+         {} with unwritable sectors ({} ranges listed), {} reshapes ({} crashed; {} shrinks, {} crashed; {} with a member failing, {} with latent and {} with unwritable sectors appearing during the reshape); \
          max in flight: {max}",
         crashes.load(Ordering::Relaxed),
         member_failures.load(Ordering::Relaxed),
@@ -70,6 +73,8 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
         listed.load(Ordering::Relaxed),
         reshapes.load(Ordering::Relaxed),
         reshapes_crashed.load(Ordering::Relaxed),
+        shrinks.load(Ordering::Relaxed),
+        shrinks_crashed.load(Ordering::Relaxed),
         reshape_member_failures.load(Ordering::Relaxed),
         reshape_latent.load(Ordering::Relaxed),
         reshape_unwritable.load(Ordering::Relaxed)
@@ -100,6 +105,8 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
         reshapes.load(Ordering::Relaxed) > 50 && reshapes_crashed.load(Ordering::Relaxed) > 20,
         "the seeds should reshape under load and crash during reshapes"
     );
+    // Shrinks among them (12 in these seeds when measured; the threshold about half).
+    assert!(shrinks.load(Ordering::Relaxed) >= 6, "the seeds should remove members from arrays under load");
     // Faults during reshapes: a degraded reshape, reads healed and writes failing mid-way.
     assert!(
         // (Thresholds about half the counts seen: a seed replays its faults, but which

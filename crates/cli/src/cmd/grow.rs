@@ -27,12 +27,12 @@ pub struct GrowArgs {
     #[arg(long)]
     wait: bool,
     /// Continue the reshape the superblocks record (mdadm --grow --continue).
-    #[arg(long = "continue", conflicts_with_all = ["level", "raid_devices", "chunk", "layout", "size"])]
+    #[arg(long = "continue", conflicts_with_all = ["level", "raid_devices", "chunk", "layout", "size", "array_size"])]
     continue_reshape: bool,
     /// New used size of each member (mdadm -z/--size): `max` (every device to its end,
     /// after members were replaced by larger ones) or a size such as 40M. The new part is
     /// resynced. A change of its own: with no other option.
-    #[arg(long, short = 'z', conflicts_with_all = ["level", "raid_devices", "chunk", "layout"])]
+    #[arg(long, short = 'z', conflicts_with_all = ["level", "raid_devices", "chunk", "layout", "array_size"])]
     size: Option<String>,
     /// New level (mdadm -l/--level): the takeovers md makes in place (RAID1 with 2 members
     /// <-> RAID5, RAID4 <-> RAID5 parity-last, RAID5 <-> RAID6 with Q on a spare, RAID0 <->
@@ -43,6 +43,12 @@ pub struct GrowArgs {
     /// array's spares, so add them first (uraid add), as with mdadm.
     #[arg(long, short = 'n')]
     raid_devices: Option<u32>,
+    /// The array size a shrink cuts the array to (mdadm --array-size), e.g. 80M: at most its
+    /// capacity with fewer members; whatever lies beyond is dropped. md takes it as a step
+    /// of its own before `--raid-devices`; uraid takes both in one command (offline there
+    /// is no running array to hold the setting in between), and refuses a shrink without it.
+    #[arg(long, requires = "raid_devices")]
+    array_size: Option<String>,
     /// New chunk size, e.g. 512K (mdadm -c/--chunk).
     #[arg(long, short = 'c')]
     chunk: Option<String>,
@@ -87,6 +93,14 @@ struct GrowResult {
 fn chunk_sectors(c: &str) -> Result<u32> {
     let bytes = crate::util::parse_size(c).map_err(|e| anyhow::anyhow!("--chunk {c}: {e}"))?;
     u32::try_from(bytes / 512).map_err(|_| anyhow::anyhow!("--chunk {c}: too large"))
+}
+
+/// `--array-size S` in sectors.
+fn array_size(a: &GrowArgs) -> Result<Option<u64>> {
+    a.array_size
+        .as_deref()
+        .map(|s| crate::util::parse_size(s).map(|b| b / 512).map_err(|e| anyhow::anyhow!("--array-size {s}: {e}")))
+        .transpose()
 }
 
 /// `--level L` as md's level number.
@@ -153,7 +167,7 @@ fn request(a: &GrowArgs, level: Level, layout: u32) -> Result<Option<GrowRequest
         Some(l) => grow_layout(l, level, layout, target)?,
         None => None,
     };
-    Ok(Some(GrowRequest { level: new_level, raid_disks: a.raid_devices, layout, chunk_sectors }))
+    Ok(Some(GrowRequest { level: new_level, raid_disks: a.raid_devices, layout, chunk_sectors, array_size_sectors: array_size(a)? }))
 }
 
 /// `uraid grow NAME ...`: the serving process starts the reshape and runs it online.
@@ -171,6 +185,7 @@ fn grow_served(a: &GrowArgs, name: &str) -> Result<ExitCode> {
         chunk_sectors,
         layout: a.layout.clone(),
         size: a.size.clone(),
+        array_size_sectors: array_size(a)?,
     };
     let st = call(name, req)?;
     if !a.quiet && !a.json {

@@ -6,6 +6,11 @@
 //! is the lcm of the two stripe widths (`compute_backup_blocks`). More data disks: the
 //! offset moves down and the reshape runs forwards. The same number of data disks (a chunk
 //! or layout change): down when there is room before the data, else up, running backwards.
+//! Fewer data disks (a shrink): the array must have been cut to its new capacity first
+//! (`--array-size`), the offset moves up by `min` and the reshape runs backwards from the
+//! new capacity, the members leaving staying active until the end, when they become spares
+//! (md.c `update_raid_disks`, raid5.c `raid5_finish_reshape`; RESHAPE_BACKWARDS is not set:
+//! a negative `delta_disks` says it).
 //! The kernel then records the reshape (`raid5_start_reshape`, `super_1_sync`): the NEW
 //! member count in `raid_disks`, the old level/layout/chunk where they were and the new ones
 //! in `new_*`, `delta_disks`, `reshape_position` 0 (or the end, backwards), and feature bits
@@ -24,6 +29,10 @@ pub struct GrowRequest {
     pub raid_disks: Option<u32>,
     pub layout: Option<u32>,
     pub chunk_sectors: Option<u32>,
+    /// The array size the user accepts (mdadm --array-size), in sectors: a shrink must be
+    /// told the array ends at or below its new capacity, as mdadm insists on `--grow
+    /// --array-size` first (whatever lies beyond is dropped).
+    pub array_size_sectors: Option<u64>,
 }
 
 /// Free sectors around the data area, the smallest over every member and spare (mdadm's
@@ -68,8 +77,16 @@ pub enum GrowError {
     Takeover { from: i32, to: i32, hint: &'static str },
     #[error("uraid reshapes RAID4, RAID5 and RAID6 (level {0} here); md grows RAID0 by converting it to RAID4 first, which uraid does not do yet")]
     Level(i32),
-    #[error("removing members (a shrink) is not supported yet; md needs --array-size first and, in practice, a backup file")]
-    Shrink,
+    #[error(
+        "this change will reduce the size of the array to {kib}K; truncate it first with --array-size {kib}K (or less; \
+         whatever lies beyond is dropped), as mdadm asks for --grow --array-size first",
+        kib = capacity_sectors / 2
+    )]
+    ArraySizeFirst { capacity_sectors: u64 },
+    #[error("--array-size {}K is more than the {}K the array holds after the change", asked / 2, capacity_sectors / 2)]
+    ArraySizeTooLarge { asked: u64, capacity_sectors: u64 },
+    #[error("--array-size only truncates an array before a shrink (with --raid-devices); it changes nothing on its own here")]
+    ArraySizeAlone,
     #[error("a RAID{level} needs at least {min} members")]
     TooFewMembers { level: i32, min: u32 },
     #[error("growing to {wanted} members needs {needed} spare(s); the array has {have}: add them first (uraid add), as with mdadm --add before --grow")]
@@ -97,6 +114,9 @@ pub struct GrowPlan {
     pub state: ReshapeState,
     /// Spares (by `dev_number`) that become members, with their roles.
     pub new_roles: Vec<(u32, u16)>,
+    /// Each member's used size (md's `size`/`dev_sectors`) from the start: the same, or
+    /// less for a shrink that takes the room it moves into from the end of the used size.
+    pub size_sectors: u64,
 }
 
 fn parity_disks(level: i32) -> Option<u32> {
@@ -115,6 +135,10 @@ fn gcd(a: u64, b: u64) -> u64 {
     }
 }
 
+fn lcm(a: u64, b: u64) -> u64 {
+    a / gcd(a, b).max(1) * b
+}
+
 /// Plans the reshape `req` of the array whose newest superblock is `sb`. `spares`: the
 /// array's spares by `dev_number`, in the order they take new roles; `room`: the tightest
 /// free space around the data over every member and spare.
@@ -128,16 +152,13 @@ pub fn plan_grow(sb: &Superblock1, req: &GrowRequest, spares: &[u32], room: Room
         raid_disks: req.raid_disks.unwrap_or(sb.raid_disks),
     };
     if new == old {
-        return Err(GrowError::NothingToChange);
-    }
-    if new.raid_disks < old.raid_disks {
-        return Err(GrowError::Shrink);
+        return Err(if req.array_size_sectors.is_some() { GrowError::ArraySizeAlone } else { GrowError::NothingToChange });
     }
     let min = parity + 2;
     if new.raid_disks < min {
         return Err(GrowError::TooFewMembers { level: sb.level, min });
     }
-    let needed = (new.raid_disks - old.raid_disks) as usize;
+    let needed = new.raid_disks.saturating_sub(old.raid_disks) as usize;
     if spares.len() < needed {
         return Err(GrowError::NeedSpares { wanted: new.raid_disks, needed, have: spares.len() });
     }
@@ -161,7 +182,37 @@ pub fn plan_grow(sb: &Superblock1, req: &GrowRequest, spares: &[u32], room: Room
     let (ow, nw) = (old_dd * u64::from(old.chunk_sectors), new_dd * u64::from(new.chunk_sectors));
     let backup_blocks = ow / gcd(ow, nw) * nw;
     let move_by = backup_blocks / old_dd;
-    let backwards = if new_dd > old_dd || room.before_sectors >= move_by {
+    // Fewer data disks: the data moves up by `move_by` (below), into room after the data
+    // area. md needs that room there (or a backup file); an array made by mdadm has less
+    // than a chunk. The array being cut anyway, uraid takes what is missing from the end
+    // of the members' used size (as a `--size` lowered first would), in whole chunks of
+    // both shapes, when the cut array still fits.
+    let mut size_sectors = sb.size_sectors;
+    if new_dd < old_dd && room.after_sectors < move_by {
+        let unit = lcm(u64::from(old.chunk_sectors), u64::from(new.chunk_sectors));
+        size_sectors = sb.size_sectors.saturating_sub(move_by - room.after_sectors) / unit * unit;
+    }
+    // The array ends earlier, and only what the user cut it to first survives (mdadm's
+    // "use --grow --array-size first"; raid5.c refuses a start while array_sectors exceeds
+    // the new size).
+    let capacity_sectors = new_dd * size_sectors;
+    let shrinks = new_dd < old_dd;
+    match req.array_size_sectors {
+        None if shrinks => return Err(GrowError::ArraySizeFirst { capacity_sectors }),
+        Some(asked) if asked > capacity_sectors => return Err(GrowError::ArraySizeTooLarge { asked, capacity_sectors }),
+        Some(_) if !shrinks => return Err(GrowError::ArraySizeAlone),
+        _ => {}
+    }
+    let room = Room { after_sectors: room.after_sectors + (sb.size_sectors - size_sectors), ..room };
+    let backwards = if new_dd < old_dd {
+        // md.c `update_raid_disks`: a reshape to fewer members runs backwards, the data
+        // moving up (`new_data_offset >= data_offset`; mdadm moves it by `min`), which
+        // needs that much room after the data (`new_offset_store`: -E2BIG otherwise).
+        if room.after_sectors < move_by {
+            return Err(GrowError::NoRoom { needed: move_by, have: room.after_sectors, where_: "after" });
+        }
+        true
+    } else if new_dd > old_dd || room.before_sectors >= move_by {
         if room.before_sectors < move_by {
             return Err(GrowError::NoRoom { needed: move_by, have: room.before_sectors, where_: "before" });
         }
@@ -172,9 +223,9 @@ pub fn plan_grow(sb: &Superblock1, req: &GrowRequest, spares: &[u32], room: Room
         return Err(GrowError::NoRoom { needed: move_by, have: room.before_sectors.max(room.after_sectors), where_: "before or after" });
     };
     let new_offset_sectors = if backwards { move_by as i64 } else { -(move_by as i64) };
-    let position_sectors = if backwards { new_dd * sb.size_sectors } else { 0 };
+    let position_sectors = if backwards { new_dd * size_sectors } else { 0 };
     let new_roles = spares.iter().take(needed).zip(old.raid_disks..).map(|(&dev, role)| (dev, role as u16)).collect();
-    Ok(GrowPlan { state: ReshapeState { position_sectors, backwards, old, new, new_offset_sectors }, new_roles })
+    Ok(GrowPlan { state: ReshapeState { position_sectors, backwards, old, new, new_offset_sectors }, new_roles, size_sectors })
 }
 
 impl GrowPlan {
@@ -187,6 +238,7 @@ impl GrowPlan {
             sb.feature_map.0 |= FeatureMap::RESHAPE_BACKWARDS;
         }
         sb.reshape_position_sectors = st.position_sectors;
+        sb.size_sectors = self.size_sectors;
         sb.raid_disks = st.new.raid_disks;
         sb.delta_disks = st.new.raid_disks as i32 - st.old.raid_disks as i32;
         sb.new_level = st.new.level;
@@ -378,8 +430,9 @@ impl GrowRequest {
             raid_disks: self.raid_disks.filter(|&n| n != t.raid_disks),
             layout: self.layout.filter(|&l| l != t.layout),
             chunk_sectors: self.chunk_sectors.filter(|&c| c != t.chunk_sectors),
+            array_size_sectors: self.array_size_sectors,
         };
-        (rest != GrowRequest::default()).then_some(rest)
+        (rest != GrowRequest { array_size_sectors: self.array_size_sectors, ..GrowRequest::default() }).then_some(rest)
     }
 }
 
@@ -465,13 +518,56 @@ mod tests {
     }
 
     #[test]
+    fn a_shrink_needs_the_array_cut_first_and_runs_backwards_moving_the_data_up() {
+        // RAID5 4 -> 3 (3 -> 2 data disks), 30720 sectors per member.
+        let mut sb = raid5_3();
+        sb.raid_disks = 4;
+        sb.dev_roles = vec![0, 1, 2, 3];
+        let room = Room { before_sectors: 1968, after_sectors: 4096 };
+        let to3 = |array_size_sectors| GrowRequest { raid_disks: Some(3), array_size_sectors, ..Default::default() };
+        assert_eq!(plan_grow(&sb, &to3(None), &[], room), Err(GrowError::ArraySizeFirst { capacity_sectors: 61440 }));
+        assert_eq!(
+            plan_grow(&sb, &to3(Some(61441)), &[], room),
+            Err(GrowError::ArraySizeTooLarge { asked: 61441, capacity_sectors: 61440 })
+        );
+        // mdadm's min: lcm(3 x 128, 2 x 128) / 3 data disks = 256 sectors, up.
+        let plan = plan_grow(&sb, &to3(Some(61440)), &[], room).unwrap();
+        assert_eq!((plan.state.new_offset_sectors, plan.state.backwards, plan.state.position_sectors), (256, true, 61440));
+        assert!(plan.new_roles.is_empty());
+        let mut rec = sb.clone();
+        plan.apply(&mut rec);
+        assert_eq!(rec.feature_map.0, 0x44, "md records a shrink without RESHAPE_BACKWARDS: delta_disks says it");
+        assert_eq!((rec.raid_disks, rec.delta_disks, rec.new_offset_sectors), (3, -1, 256));
+        let state = ReshapeState::from_superblock(&rec).unwrap();
+        assert_eq!(state, plan.state);
+        // The member leaving is a spare in the new shape, and in the superblocks at the end.
+        assert_eq!(state.final_superblock(&rec, 40960).dev_roles, vec![0, 1, 2, 0xffff]);
+        // Too little room after the data (an mdadm-made array has less than a chunk): the
+        // used size gives up the rest, in whole chunks, when the cut array still fits.
+        let tight = Room { before_sectors: 1968, after_sectors: 100 };
+        assert_eq!(
+            plan_grow(&sb, &to3(Some(61440)), &[], tight),
+            Err(GrowError::ArraySizeTooLarge { asked: 61440, capacity_sectors: 2 * 30464 })
+        );
+        let plan = plan_grow(&sb, &to3(Some(2 * 30464)), &[], tight).unwrap();
+        assert_eq!((plan.size_sectors, plan.state.position_sectors, plan.state.new_offset_sectors), (30464, 60928, 256));
+        let mut rec = sb.clone();
+        plan.apply(&mut rec);
+        assert_eq!(rec.size_sectors, 30464);
+        assert!(rec.data_size_sectors >= 30464 + 256, "the new data area fits in the old one moved up");
+        // --array-size on a change that does not shrink says it does nothing.
+        let chunk = GrowRequest { chunk_sectors: Some(256), array_size_sectors: Some(1000), ..Default::default() };
+        assert_eq!(plan_grow(&sb, &chunk, &[], room), Err(GrowError::ArraySizeAlone));
+    }
+
+    #[test]
     fn refusals_say_what_would_work() {
         let sb = raid5_3();
         let grow = |req: GrowRequest, spares: &[u32], room: Room| plan_grow(&sb, &req, spares, room);
         let to = |n| GrowRequest { raid_disks: Some(n), ..Default::default() };
         assert_eq!(grow(to(3), &[], ROOM), Err(GrowError::NothingToChange));
         assert_eq!(grow(to(5), &[3], ROOM), Err(GrowError::NeedSpares { wanted: 5, needed: 2, have: 1 }));
-        assert_eq!(grow(to(2), &[], ROOM), Err(GrowError::Shrink));
+        assert_eq!(grow(to(2), &[], ROOM), Err(GrowError::TooFewMembers { level: 5, min: 3 }));
         assert!(matches!(grow(to(4), &[3], Room { before_sectors: 100, after_sectors: 9999 }), Err(GrowError::NoRoom { needed: 384, .. })));
         assert_eq!(grow(GrowRequest { chunk_sectors: Some(96), ..Default::default() }, &[], ROOM), Err(GrowError::Chunk(96)));
         assert_eq!(

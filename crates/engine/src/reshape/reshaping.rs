@@ -158,9 +158,14 @@ impl ReshapingArray {
     pub fn start(devices: Vec<Arc<dyn Member>>, opts: &ArrayOptions, req: &GrowRequest) -> Result<ReshapingArray, EngineError> {
         // A degraded array reshapes as md reshapes it, staying degraded (the spares go to
         // the new roles); assembling it degraded still takes --run.
-        let spares = super::spares_of_a_changeable_array_missing(&devices, opts, "reshaping", super::MayMiss::Any)?;
         let found = read_superblocks(&devices)?;
-        let newest = found.iter().max_by_key(|(_, sb)| sb.events).map(|(_, sb)| sb.clone()).expect("assembled");
+        let newest = found.iter().max_by_key(|(_, sb)| sb.events).map(|(_, sb)| sb.clone()).expect("read");
+        // A shrink of a degraded array would leave the member it removes as a spare to be
+        // rebuilt into the missing role afterwards (md allows it); uraid shrinks complete
+        // arrays only, for now.
+        let may_miss = if req.raid_disks.is_some_and(|n| n < newest.raid_disks) { super::MayMiss::Nothing } else { super::MayMiss::Any };
+        let what = if may_miss == super::MayMiss::Nothing { "removing members" } else { "reshaping" };
+        let spares = super::spares_of_a_changeable_array_missing(&devices, opts, what, may_miss)?;
         if newest.feature_map.contains(FeatureMap::BITMAP_OFFSET) {
             return Err(EngineError::Unsupported(
                 "uraid does not reshape an array with a write-intent bitmap yet (md does); grow it with mdadm".into(),
