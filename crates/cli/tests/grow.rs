@@ -139,6 +139,52 @@ fn a_shrink_needs_the_array_cut_first_then_keeps_the_content_up_to_the_cut() {
     }
 }
 
+/// A RAID0 gets a member more as mdadm gives it one: taken over as RAID4 (parity missing),
+/// reshaped with the new device in the missing role, taken back as RAID0; stopped part-way,
+/// it is a degraded RAID4 mid-reshape that `--continue` finishes and `--level 0` takes back.
+#[test]
+fn a_raid0_gets_a_member_more_through_raid4_as_md_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (mut devs, content) = filled(dir, "0", 3, &[]);
+    // A larger new disk: the RAID0 stays one zone (md's takeover gives every member the
+    // RAID4's used size).
+    std::fs::write(dir.join("n3"), vec![0u8; 16 << 20]).unwrap();
+    let before = sums(dir, &devs);
+    for (args, needle) in [
+        (&["grow", "-n", "4"][..], "needs 1 new device"),
+        (&["grow", "-n", "5", "--add", "n3"][..], "needs 2 new device"),
+        (&["grow", "-n", "2", "--add", "n3"][..], "only adds members"),
+    ] {
+        let out = run(dir, &with_devs(args, &devs));
+        assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains(needle), "{}", describe("uraid", args, &out));
+        assert_eq!(sums(dir, &devs), before, "{args:?} changed a member");
+    }
+    ok(dir, &with_devs(&["grow", "-q", "-n", "4", "--add", "n3"], &devs));
+    devs.push("n3".into());
+    let after = ok(dir, &with_devs(&["read"], &devs)).stdout;
+    assert_eq!(after.len(), content.len() / 3 * 4, "four data members");
+    assert!(after[..content.len()] == content[..], "content after the grow");
+    let ex = json(&ok(dir, &with_devs(&["examine", "--json"], &devs)));
+    assert!(ex.as_array().unwrap().iter().all(|e| e["level"] == "raid0" && e["raid_devices"] == 4), "{ex}");
+
+    // Stopped part-way: a RAID4 mid-reshape, continued, then taken back.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (mut devs, content) = filled(dir, "0", 3, &[]);
+    std::fs::write(dir.join("n3"), vec![0u8; 12 << 20]).unwrap();
+    let parked = json(&ok(dir, &with_devs(&["grow", "--json", "-n", "4", "--add", "n3", "--sync-max", "8192"], &devs)));
+    assert_eq!(parked["finished"], false, "{parked}");
+    devs.push("n3".into());
+    let ex = json(&ok(dir, &with_devs(&["examine", "--json"], &devs)));
+    assert!(ex.as_array().unwrap().iter().all(|e| e["level"] == "raid4"), "parked as md parks it: a RAID4 {ex}");
+    assert_eq!(read_prefix(dir, &devs, content.len()), content, "content while parked");
+    ok(dir, &with_devs(&["grow", "-q", "--continue"], &devs));
+    ok(dir, &with_devs(&["grow", "-q", "--level", "0"], &devs));
+    let after = ok(dir, &with_devs(&["read"], &devs)).stdout;
+    assert!(after.len() == content.len() / 3 * 4 && after[..content.len()] == content[..], "content after continue and takeover");
+}
+
 #[test]
 fn refusals_say_what_would_work_and_change_nothing() {
     let tmp = tempfile::tempdir().unwrap();

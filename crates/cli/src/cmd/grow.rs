@@ -49,6 +49,10 @@ pub struct GrowArgs {
     /// is no running array to hold the setting in between), and refuses a shrink without it.
     #[arg(long, requires = "raid_devices")]
     array_size: Option<String>,
+    /// New devices for a RAID0 that gets more members (mdadm --grow -n N --add DEV),
+    /// blank (as for create); one per member added. Offline only.
+    #[arg(long = "add", value_name = "DEV", requires = "raid_devices")]
+    add: Vec<PathBuf>,
     /// New chunk size, e.g. 512K (mdadm -c/--chunk).
     #[arg(long, short = 'c')]
     chunk: Option<String>,
@@ -223,7 +227,37 @@ pub fn run(a: GrowArgs) -> Result<ExitCode> {
         Some((_, sb)) => (Level::from_md(sb.level().raw()).map_err(|e| anyhow::anyhow!("{e}"))?, sb.shape().layout),
         None => bail!("{}: no md superblock found", members[0].label()),
     };
-    let array = match request(&a, level, layout)? {
+    let req = request(&a, level, layout)?;
+    let raid0_grow = level == Level::Raid0 && req.is_some_and(|r| r.level.is_none() && r.raid_disks.is_some());
+    if !a.add.is_empty() && !raid0_grow {
+        bail!("--add gives the new devices of a RAID0 that gets more members; other arrays take theirs as spares first (uraid add)");
+    }
+    let all_devices: Vec<std::sync::Arc<dyn uraid_engine::Member>> = if raid0_grow {
+        let now = uraid_engine::scan::probe(members[0].as_ref()).best().map_or(0, |(_, sb)| sb.raid_disks());
+        let asked = req.and_then(|r| r.raid_disks).unwrap_or(now);
+        if asked <= now {
+            bail!("a RAID0 of {now} members cannot go to {asked}: uraid (as md) only adds members to a RAID0");
+        }
+        if a.add.len() as u32 != asked - now {
+            bail!("growing the RAID0 from {now} to {asked} members needs {} new device(s) with --add; {} given", asked - now, a.add.len());
+        }
+        let new = open_members(&a.add, true, a.io.mode())?;
+        members.iter().cloned().chain(new).collect()
+    } else {
+        members.clone()
+    };
+    let array = match req {
+        _ if raid0_grow => {
+            let new = all_devices[members.len()..].iter().map(|d| (d.clone(), crate::util::random_uuid())).collect();
+            let r = uraid_engine::reshape::start_raid0_grow(&members, new, &opts)?;
+            if !a.quiet && !a.json {
+                eprintln!(
+                    "uraid: taken over as RAID4 (parity missing, as md does it); reshaping to {} data members",
+                    a.raid_devices.unwrap_or(0)
+                );
+            }
+            r
+        }
         None => ReshapingArray::open(members, &opts)?,
         Some(req) => {
             let rest = match take_over(&members, &opts, &req)? {
@@ -264,9 +298,25 @@ pub fn run(a: GrowArgs) -> Result<ExitCode> {
     let step = array.run(&|| parked(&array), |_| progress.set(array.moved_sectors()))?;
     let took = progress.finish();
     array.close()?;
+    let finished = step == ReshapeStep::Finished;
+    if raid0_grow && finished {
+        drop(array);
+        let n = uraid_engine::reshape::finish_raid0_grow(&all_devices, &opts)?;
+        let (plain, _) = Array::assemble(all_devices.clone(), &ArrayOptions { writable: false, ..opts })?;
+        if a.json {
+            println!("{}", serde_json::json!({"finished": true, "level": 0, "raid_disks": n, "size_bytes": plain.size_bytes()}));
+        } else if !a.quiet {
+            eprintln!(
+                "uraid: reshape finished in {:.1} s; taken back as RAID0 with {n} members, {} bytes",
+                took.as_secs_f64(),
+                plain.size_bytes()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let moved = array.moved_sectors() - start;
     let result = GrowResult {
-        finished: step == ReshapeStep::Finished,
+        finished,
         position_sectors: array.position_sectors(),
         total_sectors: total,
         size_bytes: array.size_bytes(),

@@ -75,7 +75,7 @@ pub enum GrowError {
     NothingToChange,
     #[error("md cannot take a RAID{from} over as RAID{to}{hint}")]
     Takeover { from: i32, to: i32, hint: &'static str },
-    #[error("uraid reshapes RAID4, RAID5 and RAID6 (level {0} here); md grows RAID0 by converting it to RAID4 first, which uraid does not do yet")]
+    #[error("uraid reshapes RAID4, RAID5 and RAID6 (level {0} here); a RAID0 gets more members with the new devices given (uraid grow DEVS -n N --add NEW), through a RAID4 as md does")]
     Level(i32),
     #[error(
         "this change will reduce the size of the array to {kib}K; truncate it first with --array-size {kib}K (or less; \
@@ -114,6 +114,9 @@ pub struct GrowPlan {
     pub state: ReshapeState,
     /// Spares (by `dev_number`) that become members, with their roles.
     pub new_roles: Vec<(u32, u16)>,
+    /// Those of them in a role the old shape is missing: the reshape writes them as it
+    /// goes (md: `recovery_offset` following the reshape position).
+    pub rebuilt_by_reshape: Vec<u32>,
     /// Each member's used size (md's `size`/`dev_sectors`) from the start: the same, or
     /// less for a shrink that takes the room it moves into from the end of the used size.
     pub size_sectors: u64,
@@ -224,8 +227,22 @@ pub fn plan_grow(sb: &Superblock1, req: &GrowRequest, spares: &[u32], room: Room
     };
     let new_offset_sectors = if backwards { move_by as i64 } else { -(move_by as i64) };
     let position_sectors = if backwards { new_dd * size_sectors } else { 0 };
-    let new_roles = spares.iter().take(needed).zip(old.raid_disks..).map(|(&dev, role)| (dev, role as u16)).collect();
-    Ok(GrowPlan { state: ReshapeState { position_sectors, backwards, old, new, new_offset_sectors }, new_roles, size_sectors })
+    // md's `raid5_start_reshape` gives each spare the lowest empty slot (`raid5_add_disk`
+    // searches from 0): a role the old shape is missing first (a RAID0 taken over as RAID4
+    // lacks its parity role; a degraded array one of its own), then the new roles. A spare
+    // in an old role is written by the reshape itself: md records it rebuilding
+    // (`recovery_offset` 0, following the reshape), the others in sync.
+    let held: Vec<u32> = sb.dev_roles.iter().filter(|&&r| r < 0xff00).map(|&r| u32::from(r)).collect();
+    let empty = (0..new.raid_disks).filter(|r| !held.contains(r));
+    let new_roles: Vec<(u32, u16)> =
+        if needed == 0 { Vec::new() } else { spares.iter().zip(empty).map(|(&dev, role)| (dev, role as u16)).collect() };
+    let rebuilt_by_reshape = new_roles.iter().filter(|(_, role)| u32::from(*role) < old.raid_disks).map(|(dev, _)| *dev).collect();
+    Ok(GrowPlan {
+        state: ReshapeState { position_sectors, backwards, old, new, new_offset_sectors },
+        new_roles,
+        rebuilt_by_reshape,
+        size_sectors,
+    })
 }
 
 impl GrowPlan {
@@ -250,6 +267,10 @@ impl GrowPlan {
                 sb.dev_roles.resize(dev as usize + 1, 0xffff);
             }
             sb.dev_roles[dev as usize] = role;
+        }
+        if self.rebuilt_by_reshape.contains(&sb.dev_number) {
+            sb.feature_map.0 |= FeatureMap::RECOVERY_OFFSET;
+            sb.recovery_offset_raw = 0;
         }
     }
 }
@@ -444,6 +465,12 @@ impl Takeover {
         sb.chunksize_sectors = self.chunk_sectors;
         let dropped = self.raid_disks < sb.raid_disks;
         sb.raid_disks = self.raid_disks;
+        if self.level == 0 && sb.size_sectors > 0 {
+            // raid0.c `raid0_takeover_raid45`: every member's data area becomes the RAID4/5's
+            // used size (`rdev->sectors = dev_sectors`, written as `data_size`), so the
+            // RAID0 has one zone even over larger members (a RAID0 grown with a larger disk).
+            sb.data_size_sectors = sb.size_sectors;
+        }
         if let Some(size) = self.size_sectors {
             sb.size_sectors = size;
         }

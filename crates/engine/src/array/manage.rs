@@ -48,6 +48,20 @@ impl Array {
     /// [`Array::add_device`] over whatever the device holds (mdadm's `--force`, or a
     /// `--re-add` of a former member, whose old superblock is replaced by a spare's).
     pub fn add_device_overwriting(&self, member: Arc<dyn Member>, device_uuid: [u8; 16]) -> Result<(), EngineError> {
+        self.add_spare(member, device_uuid)?;
+        self.start_recovery_if_possible();
+        Ok(())
+    }
+
+    /// Adds a blank device as a spare and leaves it a spare, even where a role is missing:
+    /// for a reshape that gives it a role itself (mdadm adds the new devices of a RAID0 grow
+    /// to the RAID4 it made with recovery frozen, then starts the reshape).
+    pub fn add_spare_for_reshape(&self, member: Arc<dyn Member>, device_uuid: [u8; 16]) -> Result<(), EngineError> {
+        crate::create::check_device_is_free(member.as_ref()).map_err(|e| EngineError::Invalid(e.to_string()))?;
+        self.add_spare(member, device_uuid)
+    }
+
+    fn add_spare(&self, member: Arc<dyn Member>, device_uuid: [u8; 16]) -> Result<(), EngineError> {
         if !self.writable {
             return Err(EngineError::ReadOnly);
         }
@@ -103,8 +117,6 @@ impl Array {
         meta.devices.push(device);
         let resync = self.resync_offset_for_superblock();
         self.persist(&mut meta, resync);
-        drop(meta);
-        self.start_recovery_if_possible();
         Ok(())
     }
 

@@ -3,10 +3,12 @@
 //! ([`ReshapingArray`]).
 
 mod overlay;
+mod raid0;
 mod reshaping;
 mod resize;
 mod takeover;
 
+pub use raid0::{finish_raid0_grow, start_raid0_grow};
 pub use reshaping::{ReshapeStep, ReshapingArray, DEFAULT_WINDOW_BYTES};
 pub use resize::resize;
 pub use takeover::take_over;

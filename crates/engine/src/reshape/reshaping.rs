@@ -86,6 +86,17 @@ pub struct ReshapingArray {
     progress: Mutex<Progress>,
     progress_changed: Condvar,
     user_requests: AtomicU64,
+    /// Members (`dev_number`) the reshape writes into a role the old shape lacks; their
+    /// `recovery_offset` follows each checkpoint, as md's `reshape_request` moves it.
+    rebuilt_by_reshape: Vec<u32>,
+}
+
+fn parity_of(level: i32) -> u32 {
+    match level {
+        4 | 5 => 1,
+        6 => 2,
+        _ => 0,
+    }
 }
 
 /// The striped shape of one side, for the window planner; `None` for a level the planner
@@ -156,10 +167,18 @@ impl ReshapingArray {
     /// it as md would, records the start in every superblock (md's fields, so md can take
     /// over from here), and opens it. Nothing is written when it is refused.
     pub fn start(devices: Vec<Arc<dyn Member>>, opts: &ArrayOptions, req: &GrowRequest) -> Result<ReshapingArray, EngineError> {
-        // A degraded array reshapes as md reshapes it, staying degraded (the spares go to
-        // the new roles); assembling it degraded still takes --run.
+        // A degraded array reshapes as md reshapes it (a spare takes a missing role first,
+        // written by the reshape as it goes); assembling it degraded still takes --run.
         let found = read_superblocks(&devices)?;
-        let newest = found.iter().max_by_key(|(_, sb)| sb.events).map(|(_, sb)| sb.clone()).expect("read");
+        let mut newest = found.iter().max_by_key(|(_, sb)| sb.events).map(|(_, sb)| sb.clone()).expect("read");
+        // Roles of devices not here (or stale) are empty, as md's slots are: recorded faulty
+        // from the first update on (md's `super_1_sync`), and free for a spare.
+        let present: Vec<u32> = found.iter().filter(|(_, sb)| sb.events + 1 >= newest.events).map(|(_, sb)| sb.dev_number).collect();
+        for (n, role) in newest.dev_roles.iter_mut().enumerate() {
+            if *role < 0xff00 && !present.contains(&(n as u32)) {
+                *role = 0xfffe;
+            }
+        }
         // A shrink of a degraded array would leave the member it removes as a spare to be
         // rebuilt into the missing role afterwards (md allows it); uraid shrinks complete
         // arrays only, for now.
@@ -213,6 +232,10 @@ impl ReshapingArray {
         // The array's state comes from the newest superblock, as md takes it: a device one
         // event behind (a crash between two members' updates) may still record the shape
         // before the reshape started, or an older position.
+        // Each device's own record of the position: a member rebuilt by the reshape has
+        // its own recovery_offset from the same update (a crash between two members'
+        // updates leaves it one checkpoint behind, its data not).
+        let own_positions: Vec<u64> = found.iter().map(|(_, sb)| sb.reshape_position_sectors).collect();
         let found: Vec<(u64, Superblock1)> = found.into_iter().map(|(at, own)| (at, adopt_array_state(&newest, &own))).collect();
         if opts.writable {
             if let Some(i) = current.iter().find(|&&i| found[i].1.feature_map.contains(FeatureMap::BITMAP_OFFSET)) {
@@ -222,6 +245,29 @@ impl ReshapingArray {
                 )));
             }
         }
+        // Members in a role the old shape lacks, written by the reshape as it goes (md's
+        // `recovery_offset` following the position: a RAID0 grown through RAID4, or a spare
+        // given to a degraded array's missing role): the old shape is missing that role, the
+        // new one has it below the position, which is all of the new shape in use.
+        let new_data_disks = u64::from(state.new.raid_disks.saturating_sub(parity_of(state.new.level)).max(1));
+        let mut rebuilt_by_reshape: Vec<u32> = Vec::new();
+        for &i in &current {
+            let sb = &found[i].1;
+            let role = sb.dev_roles.get(sb.dev_number as usize).copied().unwrap_or(0xffff);
+            if let (Some(offset), true) = (sb.recovery_offset(), u32::from(role) < state.old.raid_disks.min(0xff00)) {
+                let own = own_positions[i];
+                let follows = own != MAX_SECTOR && offset >= own / new_data_disks;
+                if state.backwards || !follows {
+                    return Err(EngineError::Unsupported(format!(
+                        "{}: rebuilding in role {role} behind the reshape (at {offset} of {} sectors): uraid continues only a \
+                         reshape whose rebuilding members follow it; finish it with mdadm",
+                        devices[i].label(),
+                        own / new_data_disks
+                    )));
+                }
+                rebuilt_by_reshape.push(sb.dev_number);
+            }
+        }
         let side = |side: Side| -> Result<Array, EngineError> {
             let members: Vec<Arc<dyn Member>> = current
                 .iter()
@@ -229,6 +275,18 @@ impl ReshapingArray {
                     let (at, sb) = &found[i];
                     let dev = &devices[i];
                     let mut own = state.side_superblock(sb, side, dev.size_bytes() / SECTOR_BYTES);
+                    for &n in &rebuilt_by_reshape {
+                        if side == Side::Old {
+                            // Not a member of the old shape: recorded failed there, so
+                            // nothing reads it or rebuilds onto it.
+                            if let Some(r) = own.dev_roles.get_mut(n as usize) {
+                                *r = 0xfffe;
+                            }
+                        } else if n == own.dev_number {
+                            own.feature_map.0 &= !FeatureMap::RECOVERY_OFFSET;
+                            own.recovery_offset_raw = 0;
+                        }
+                    }
                     own.events = newest_events;
                     // The sides never write a bad-block log: two sides would overwrite each
                     // other's. A reshape with listed ranges is refused below.
@@ -301,6 +359,7 @@ impl ReshapingArray {
             }),
             progress_changed: Condvar::new(),
             user_requests: AtomicU64::new(0),
+            rebuilt_by_reshape,
         })
     }
 
@@ -540,7 +599,13 @@ impl ReshapingArray {
             p.position
         };
         self.flush()?;
-        self.write_superblocks(&mut events, |sb| sb.reshape_position_sectors = position)?;
+        let rebuilt_to = position / self.planner.new.data_disks.max(1);
+        self.write_superblocks(&mut events, |sb| {
+            sb.reshape_position_sectors = position;
+            if self.rebuilt_by_reshape.contains(&sb.dev_number) && !self.planner.backwards {
+                sb.recovery_offset_raw = sb.recovery_offset_raw.max(rebuilt_to);
+            }
+        })?;
         // Only moved here, under `superblock_writes`: it follows the position.
         self.lock_progress().checkpoint = position;
         Ok(())
@@ -628,6 +693,10 @@ impl ReshapingArray {
             let dev_sectors = sizes.iter().find(|(n, _)| *n == sb.dev_number).map_or(0, |(_, s)| *s);
             let marked = sb.resync_offset_sectors;
             *sb = state.final_superblock(sb, dev_sectors);
+            // Written whole by the reshape: in sync (md sets recovery_offset to MaxSector
+            // at the end, then in sync).
+            sb.feature_map.0 &= !FeatureMap::RECOVERY_OFFSET;
+            sb.recovery_offset_raw = 0;
             // A reshape begun clean whose writes were marked active: the mark stays
             // until the clean mark at close, as for any array.
             sb.resync_offset_sectors = if marked == 0 { 0 } else { resync_offset };
