@@ -472,3 +472,42 @@ fn a_member_failed_during_a_reshape_leaves_a_degraded_reshape_that_finishes() {
     let got = env.ok(&["read", "--run", left[0], left[1]]).stdout;
     assert!(got[..content.len()] == content[..], "content after a reshape that lost a member");
 }
+
+/// A served array shrinks online (`uraid grow NAME -n 3 --array-size S`): refused without the
+/// cut, as mdadm refuses it, with no byte changed; with it, the reshape runs in the server,
+/// the array keeps its content up to the cut and the member that leaves becomes a spare.
+#[test]
+fn a_served_array_shrinks_online_after_the_cut() {
+    let env = Env::new();
+    let members = ["m0.img", "m1.img", "m2.img", "m3.img"];
+    env.ok(&["create", "-l", "5", "-n", "4", "--size", "16M", "--name", "data", members[0], members[1], members[2], members[3]]);
+    let size = env.ok(&["read", members[0], members[1], members[2], members[3]]).stdout.len();
+    let content = uraid_parity::testdata::Prng::new(41).bytes(size);
+    let path = env.path("content");
+    std::fs::write(&path, &content).unwrap();
+    let out = Command::new(BIN)
+        .args(["write", "-q", members[0], members[1], members[2], members[3]])
+        .current_dir(env.path(""))
+        .stdin(std::fs::File::open(&path).unwrap())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let server = env.serve("data", &members);
+    env.wait_quiet("data");
+    let before = env.sums(&members);
+    let err = env.refused(&["grow", "data", "-n", "3"], &["--array-size"]);
+    env.wait_quiet("data");
+    assert_eq!(env.sums(&members), before, "a refused shrink changed a member");
+    let kib = err.split("--array-size ").nth(1).and_then(|t| t.split('K').next()).unwrap().to_string();
+    env.ok(&["grow", "data", "-n", "3", "--array-size", &format!("{kib}K"), "--wait"]);
+    let v: serde_json::Value = serde_json::from_slice(&env.ok(&["detail", "data", "--json"]).stdout).unwrap();
+    assert_eq!((v["raid_disks"].as_u64(), v["size_bytes"].as_u64()), (Some(3), Some(kib.parse::<u64>().unwrap() * 1024)), "{v}");
+    env.wait_quiet("data");
+    env.ok(&["stop", "data"]);
+    drop(server);
+    let kept = kib.parse::<usize>().unwrap() * 1024;
+    let after = env.ok(&["read", members[0], members[1], members[2], members[3]]).stdout;
+    assert!(after.len() == kept && after[..] == content[..kept], "content up to the cut");
+    let ex: serde_json::Value = serde_json::from_slice(&env.ok(&["examine", "--json", members[3]]).stdout).unwrap();
+    assert_eq!(ex[0]["role"], "spare", "{ex}");
+}
