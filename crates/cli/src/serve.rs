@@ -495,11 +495,8 @@ impl Served {
                 continue;
             }
             let Ok(member) = crate::util::open_member(path, true, self.args.io.mode()) else { continue };
-            if let Err(e) = array.remove_device(&d.label) {
-                eprintln!("uraid: {}: {} is back but could not be removed to re-add it: {e}", self.name(), d.label);
-                continue;
-            }
-            match array.re_add_device(member, random_uuid()) {
+            // In place: a re-add that fails leaves it listed faulty, to be tried again.
+            match array.re_add_faulty_device(&d.label, member, random_uuid()) {
                 Ok(done) => eprintln!("uraid: {}: {} is reachable again: {done}", self.name(), d.label),
                 Err(e) => eprintln!("uraid: {}: {} is reachable again but the re-add failed: {e}", self.name(), d.label),
             }

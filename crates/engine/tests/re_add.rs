@@ -453,3 +453,35 @@ fn a_crash_during_a_re_add_resumes_from_the_checkpoint() {
     b.fail_role(0).unwrap();
     assert!(read_all(&b) == model);
 }
+
+/// A member still listed faulty (an NBD member whose server answers again) is re-added in
+/// place; a re-add that fails (here its superblock cannot be read) leaves it listed faulty,
+/// to be tried again, instead of dropping it from the array's list.
+#[test]
+fn a_failed_re_add_in_place_leaves_the_member_listed_faulty() {
+    struct Unreadable;
+    impl Hooks for Unreadable {
+        fn before_read(&self, _image: &MemMember, _len: usize, _offset: u64) -> std::io::Result<()> {
+            Err(std::io::Error::other("the server went away again"))
+        }
+    }
+    let mut shape = Shape::new(Level::Raid5, 3).bitmap(BITMAP_CHUNK);
+    shape.member_bytes = 8 << 20;
+    let made = make(&shape);
+    let devs: Vec<Arc<dyn Member>> = made.members.iter().map(|m| m.clone() as Arc<dyn Member>).collect();
+    let a = assemble(devs);
+    let mut model = vec![0u8; a.size_bytes() as usize];
+    random_writes(&a, &mut model, &mut Rng::new(0x1ead), 10);
+    a.fail_role(1).unwrap();
+    random_writes(&a, &mut model, &mut Rng::new(0x2ead), 10);
+    let gone = Hooked::new(made.members[1].clone(), Unreadable);
+    assert!(a.re_add_faulty_device("m1", gone, [0x98; 16]).is_err(), "a member that cannot be read is not re-added");
+    assert_eq!(device_state(&a, "m1"), Some(DeviceState::Faulty), "the failed re-add dropped the member from the list");
+    assert!(a.re_add_faulty_device("m0", made.members[1].clone(), [0x98; 16]).is_err(), "only a faulty member is re-added in place");
+    a.re_add_faulty_device("m1", made.members[1].clone(), [0x99; 16]).unwrap();
+    run_recovery(&a);
+    assert_eq!(device_state(&a, "m1"), Some(DeviceState::InSync(1)));
+    let mut got = vec![0u8; model.len()];
+    a.read(0, &mut got).unwrap();
+    assert!(got == model, "content after the re-add");
+}

@@ -120,6 +120,37 @@ impl Array {
         Ok(())
     }
 
+    /// [`Array::re_add_device`] of a member that is still listed here as faulty under
+    /// `label` (an NBD member whose server answers again): its faulty entry makes way for
+    /// the re-add, and comes back if the re-add fails, so a failed attempt never drops the
+    /// member from the array's list (it stays faulty, to be tried again).
+    pub fn re_add_faulty_device(&self, label: &str, member: Arc<dyn Member>, device_uuid: [u8; 16]) -> Result<ReAdd, EngineError> {
+        let (idx, old) = {
+            let mut meta = self.lock_meta();
+            let idx = meta
+                .devices
+                .iter()
+                .position(|d| d.member.label() == label)
+                .ok_or_else(|| EngineError::Invalid(format!("{label} is not part of the array")))?;
+            if meta.devices[idx].state != DeviceState::Faulty {
+                return Err(EngineError::Invalid(format!("{label} is {}, not faulty", meta.devices[idx].state)));
+            }
+            let old = meta.devices.remove(idx);
+            self.rebuild_io_map(&meta);
+            (idx, old)
+        };
+        match self.re_add_device(member, device_uuid) {
+            Ok(done) => Ok(done),
+            Err(e) => {
+                let mut meta = self.lock_meta();
+                let at = idx.min(meta.devices.len());
+                meta.devices.insert(at, old);
+                self.rebuild_io_map(&meta);
+                Err(e)
+            }
+        }
+    }
+
     /// md's `--re-add` of a former member: when its superblock says it left this array in
     /// sync in role R, R is still missing, and the array's write-intent bitmap covers every
     /// write it missed (its events are at least the bitmap's `events_cleared`: no clear of
