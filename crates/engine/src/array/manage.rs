@@ -127,11 +127,7 @@ impl Array {
     pub fn re_add_faulty_device(&self, label: &str, member: Arc<dyn Member>, device_uuid: [u8; 16]) -> Result<ReAdd, EngineError> {
         let (idx, old) = {
             let mut meta = self.lock_meta();
-            let idx = meta
-                .devices
-                .iter()
-                .position(|d| d.member.label() == label)
-                .ok_or_else(|| EngineError::Invalid(format!("{label} is not part of the array")))?;
+            let idx = device_index(&meta.devices, label)?;
             if meta.devices[idx].state != DeviceState::Faulty {
                 return Err(EngineError::Invalid(format!("{label} is {}, not faulty", meta.devices[idx].state)));
             }
@@ -373,11 +369,7 @@ impl Array {
     /// Removes a faulty or spare device (by label). Active members must be failed first.
     pub fn remove_device(&self, label: &str) -> Result<(), EngineError> {
         let mut meta = self.lock_meta();
-        let idx = meta
-            .devices
-            .iter()
-            .position(|d| d.member.label() == label)
-            .ok_or_else(|| EngineError::Invalid(format!("{label} is not part of the array")))?;
+        let idx = device_index(&meta.devices, label)?;
         match meta.devices[idx].state {
             DeviceState::Faulty | DeviceState::Spare => {}
             other => {
@@ -418,4 +410,9 @@ fn copy_bitmap(from: &dyn Member, from_offset: u64, to: &dyn Member, to_offset: 
     let mut area = vec![0u8; len as usize];
     from.read_at(&mut area, from_offset).map_err(io)?;
     to.write_at(&area, to_offset).map_err(io)
+}
+
+/// The position of the device labelled `label`.
+fn device_index(devices: &[super::Device], label: &str) -> Result<usize, EngineError> {
+    devices.iter().position(|d| d.member.label() == label).ok_or_else(|| EngineError::Invalid(format!("{label} is not part of the array")))
 }
