@@ -150,9 +150,12 @@ fn a_raid0_gets_a_member_more_through_raid4_as_md_does() {
     // A larger new disk: the RAID0 stays one zone (md's takeover gives every member the
     // RAID4's used size).
     std::fs::write(dir.join("n3"), vec![0u8; 16 << 20]).unwrap();
+    std::fs::write(dir.join("small"), vec![0u8; 4 << 20]).unwrap();
     let before = sums(dir, &devs);
     for (args, needle) in [
         (&["grow", "-n", "4"][..], "needs 1 new device"),
+        // Refused before the takeover: the RAID0 stays a RAID0, not a RAID4 left half-way.
+        (&["grow", "-n", "4", "--add", "small"][..], "a new member of this array needs"),
         (&["grow", "-n", "5", "--add", "n3"][..], "needs 2 new device"),
         (&["grow", "-n", "2", "--add", "n3"][..], "only adds members"),
     ] {
@@ -160,6 +163,7 @@ fn a_raid0_gets_a_member_more_through_raid4_as_md_does() {
         assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains(needle), "{}", describe("uraid", args, &out));
         assert_eq!(sums(dir, &devs), before, "{args:?} changed a member");
     }
+    assert!(std::fs::read(dir.join("small")).unwrap().iter().all(|&b| b == 0), "the refused new device was written");
     ok(dir, &with_devs(&["grow", "-q", "-n", "4", "--add", "n3"], &devs));
     devs.push("n3".into());
     let after = ok(dir, &with_devs(&["read"], &devs)).stdout;

@@ -223,8 +223,8 @@ pub fn run(a: GrowArgs) -> Result<ExitCode> {
     if let Some(size) = &a.size {
         return grow_size(&a, size, members, &opts);
     }
-    let (level, layout) = match uraid_engine::scan::probe(members[0].as_ref()).best() {
-        Some((_, sb)) => (Level::from_md(sb.level().raw()).map_err(|e| anyhow::anyhow!("{e}"))?, sb.shape().layout),
+    let (level, layout, raid_disks) = match uraid_engine::scan::probe(members[0].as_ref()).best() {
+        Some((_, sb)) => (Level::from_md(sb.level().raw()).map_err(|e| anyhow::anyhow!("{e}"))?, sb.shape().layout, sb.raid_disks()),
         None => bail!("{}: no md superblock found", members[0].label()),
     };
     let req = request(&a, level, layout)?;
@@ -232,23 +232,28 @@ pub fn run(a: GrowArgs) -> Result<ExitCode> {
     if !a.add.is_empty() && !raid0_grow {
         bail!("--add gives the new devices of a RAID0 that gets more members; other arrays take theirs as spares first (uraid add)");
     }
-    let all_devices: Vec<std::sync::Arc<dyn uraid_engine::Member>> = if raid0_grow {
-        let now = uraid_engine::scan::probe(members[0].as_ref()).best().map_or(0, |(_, sb)| sb.raid_disks());
-        let asked = req.and_then(|r| r.raid_disks).unwrap_or(now);
-        if asked <= now {
-            bail!("a RAID0 of {now} members cannot go to {asked}: uraid (as md) only adds members to a RAID0");
+    // A RAID0 grow's new devices, opened once the count is checked.
+    let new_devices = if raid0_grow {
+        let asked = req.and_then(|r| r.raid_disks).unwrap_or(raid_disks);
+        if asked <= raid_disks {
+            bail!("a RAID0 of {raid_disks} members cannot go to {asked}: uraid (as md) only adds members to a RAID0");
         }
-        if a.add.len() as u32 != asked - now {
-            bail!("growing the RAID0 from {now} to {asked} members needs {} new device(s) with --add; {} given", asked - now, a.add.len());
+        if a.add.len() as u32 != asked - raid_disks {
+            bail!(
+                "growing the RAID0 from {raid_disks} to {asked} members needs {} new device(s) with --add; {} given",
+                asked - raid_disks,
+                a.add.len()
+            );
         }
-        let new = open_members(&a.add, true, a.io.mode())?;
-        members.iter().cloned().chain(new).collect()
+        open_members(&a.add, true, a.io.mode())?
     } else {
-        members.clone()
+        Vec::new()
     };
+    // Members and new devices, for the takeover back to RAID0 at the end.
+    let raid0_all: Vec<_> = members.iter().chain(&new_devices).cloned().collect();
     let array = match req {
         _ if raid0_grow => {
-            let new = all_devices[members.len()..].iter().map(|d| (d.clone(), crate::util::random_uuid())).collect();
+            let new = new_devices.iter().map(|d| (d.clone(), crate::util::random_uuid())).collect();
             let r = uraid_engine::reshape::start_raid0_grow(&members, new, &opts)?;
             if !a.quiet && !a.json {
                 eprintln!(
@@ -301,8 +306,8 @@ pub fn run(a: GrowArgs) -> Result<ExitCode> {
     let finished = step == ReshapeStep::Finished;
     if raid0_grow && finished {
         drop(array);
-        let n = uraid_engine::reshape::finish_raid0_grow(&all_devices, &opts)?;
-        let (plain, _) = Array::assemble(all_devices.clone(), &ArrayOptions { writable: false, ..opts })?;
+        let n = uraid_engine::reshape::finish_raid0_grow(&raid0_all, &opts)?;
+        let (plain, _) = Array::assemble(raid0_all, &ArrayOptions { writable: false, ..opts })?;
         if a.json {
             println!("{}", serde_json::json!({"finished": true, "level": 0, "raid_disks": n, "size_bytes": plain.size_bytes()}));
         } else if !a.quiet {

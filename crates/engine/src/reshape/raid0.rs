@@ -12,7 +12,8 @@ use super::{take_over, ReshapingArray};
 use crate::array::{Array, ArrayOptions, EngineError};
 use crate::member::Member;
 use std::sync::Arc;
-use uraid_core::metadata::grow::GrowRequest;
+use uraid_core::geometry::SECTOR_BYTES;
+use uraid_core::metadata::grow::{plan_grow, plan_takeover, DeviceSize, GrowError, GrowRequest, Room};
 
 /// Starts growing the stopped RAID0 on `members` by the blank devices `new` (each with
 /// its device uuid): the takeover to RAID4, the spares, and the reshape's start. Run the
@@ -28,6 +29,7 @@ pub fn start_raid0_grow(
     for (dev, _) in &new {
         crate::create::check_device_is_free(dev.as_ref()).map_err(|e| EngineError::Invalid(e.to_string()))?;
     }
+    preflight(members, &new)?;
     let t = take_over(members, opts, &GrowRequest { level: Some(4), ..Default::default() })?
         .ok_or_else(|| EngineError::Invalid("the array is not a RAID0".into()))?;
     // The RAID4 runs without its parity role, as md leaves it.
@@ -43,6 +45,36 @@ pub fn start_raid0_grow(
     let all: Vec<Arc<dyn Member>> = members.iter().cloned().chain(new.iter().map(|(d, _)| d.clone())).collect();
     let raid_disks = t.raid_disks + new.len() as u32;
     ReshapingArray::start(all, &run, &GrowRequest { raid_disks: Some(raid_disks), ..Default::default() })
+}
+
+/// Plans the three steps on the superblocks before any is written, so that whatever would
+/// refuse (more than one zone, no room to move the data, a new device too small) refuses
+/// with the RAID0 untouched, not after its takeover.
+fn preflight(members: &[Arc<dyn Member>], new: &[(Arc<dyn Member>, [u8; 16])]) -> Result<(), EngineError> {
+    let invalid = |e: GrowError| EngineError::Invalid(e.to_string());
+    let (found, newest) = super::v1_superblocks(members, "RAID0 grows")?;
+    let sizes: Vec<DeviceSize> =
+        found.iter().map(|(_, sb)| DeviceSize { dev_number: sb.dev_number, data_sectors: sb.data_size_sectors }).collect();
+    let level4 = GrowRequest { level: Some(4), ..Default::default() };
+    let t = plan_takeover(&newest, &level4, &[], &sizes)
+        .map_err(invalid)?
+        .ok_or_else(|| EngineError::Invalid("the array is not a RAID0".into()))?;
+    let mut raid4 = newest.clone();
+    t.apply(&mut raid4);
+    let needed = raid4.data_offset_sectors + raid4.size_sectors;
+    for (dev, _) in new {
+        let have = dev.size_bytes() / SECTOR_BYTES;
+        if have < needed {
+            return Err(EngineError::Invalid(format!("{}: {have} sectors; a new member of this array needs {needed}", dev.label())));
+        }
+    }
+    // The spares' numbers as the adds will give them: after every number in use.
+    let first = raid4.dev_roles.len().max(raid4.raid_disks as usize) as u32;
+    let spares: Vec<u32> = (first..).take(new.len()).collect();
+    let room = found.iter().map(|(_, sb)| Room::of(sb, None)).reduce(Room::min).expect("members");
+    let grow = GrowRequest { raid_disks: Some(t.raid_disks + new.len() as u32), ..Default::default() };
+    plan_grow(&raid4, &grow, &spares, room).map_err(invalid)?;
+    Ok(())
 }
 
 /// The last step of a RAID0 grow: the reshaped RAID4 (parity role missing) on `devices`
