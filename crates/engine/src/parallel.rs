@@ -124,16 +124,6 @@ pub struct Run<'a> {
     pub bufs: Bufs<'a>,
 }
 
-impl Run<'_> {
-    /// Through the member's own path ([`Member::read_vectored_at`] / `write_vectored_at`).
-    pub(crate) fn run_on(&mut self, member: &dyn Member) -> io::Result<()> {
-        match &mut self.bufs {
-            Bufs::Read(b) => member.read_vectored_at(b, self.offset),
-            Bufs::Write(b) => member.write_vectored_at(b, self.offset),
-        }
-    }
-}
-
 /// A request's operations on one member, run one after another (disjoint ranges).
 pub(crate) struct MemberIo<'a> {
     pub member: &'a dyn Member,

@@ -464,7 +464,7 @@ fn settle<'a>(ops: Vec<RingOp<'a>>, mut later: Vec<(usize, Run<'a>)>, results: &
     later.sort_by_key(|(m, r)| (*m, r.offset));
     for (m, mut run) in later {
         if results[m].is_ok() {
-            results[m] = run.run_on(members[m]);
+            results[m] = members[m].run_batch(std::slice::from_mut(&mut run));
         }
     }
 }

@@ -122,7 +122,8 @@ pub struct GrowPlan {
     pub size_sectors: u64,
 }
 
-fn parity_disks(level: i32) -> Option<u32> {
+/// Parity members of an md level that reshapes (RAID4/5: 1, RAID6: 2); `None` for others.
+pub fn parity_disks(level: i32) -> Option<u32> {
     match level {
         4 | 5 => Some(1),
         6 => Some(2),
@@ -183,15 +184,16 @@ pub fn plan_grow(sb: &Superblock1, req: &GrowRequest, spares: &[u32], room: Room
     }
     let (old_dd, new_dd) = (u64::from(old.raid_disks - parity), u64::from(new.raid_disks - parity));
     let (ow, nw) = (old_dd * u64::from(old.chunk_sectors), new_dd * u64::from(new.chunk_sectors));
-    let backup_blocks = ow / gcd(ow, nw) * nw;
+    let backup_blocks = lcm(ow, nw);
     let move_by = backup_blocks / old_dd;
     // Fewer data disks: the data moves up by `move_by` (below), into room after the data
     // area. md needs that room there (or a backup file); an array made by mdadm has less
     // than a chunk. The array being cut anyway, uraid takes what is missing from the end
     // of the members' used size (as a `--size` lowered first would), in whole chunks of
     // both shapes, when the cut array still fits.
+    let shrinks = new_dd < old_dd;
     let mut size_sectors = sb.size_sectors;
-    if new_dd < old_dd && room.after_sectors < move_by {
+    if shrinks && room.after_sectors < move_by {
         let unit = lcm(u64::from(old.chunk_sectors), u64::from(new.chunk_sectors));
         size_sectors = sb.size_sectors.saturating_sub(move_by - room.after_sectors) / unit * unit;
     }
@@ -199,7 +201,6 @@ pub fn plan_grow(sb: &Superblock1, req: &GrowRequest, spares: &[u32], room: Room
     // "use --grow --array-size first"; raid5.c refuses a start while array_sectors exceeds
     // the new size).
     let capacity_sectors = new_dd * size_sectors;
-    let shrinks = new_dd < old_dd;
     match req.array_size_sectors {
         None if shrinks => return Err(GrowError::ArraySizeFirst { capacity_sectors }),
         Some(asked) if asked > capacity_sectors => return Err(GrowError::ArraySizeTooLarge { asked, capacity_sectors }),
@@ -207,7 +208,7 @@ pub fn plan_grow(sb: &Superblock1, req: &GrowRequest, spares: &[u32], room: Room
         _ => {}
     }
     let room = Room { after_sectors: room.after_sectors + (sb.size_sectors - size_sectors), ..room };
-    let backwards = if new_dd < old_dd {
+    let backwards = if shrinks {
         // md.c `update_raid_disks`: a reshape to fewer members runs backwards, the data
         // moving up (`new_data_offset >= data_offset`; mdadm moves it by `min`), which
         // needs that much room after the data (`new_offset_store`: -E2BIG otherwise).

@@ -91,14 +91,6 @@ pub struct ReshapingArray {
     rebuilt_by_reshape: Vec<u32>,
 }
 
-fn parity_of(level: i32) -> u32 {
-    match level {
-        4 | 5 => 1,
-        6 => 2,
-        _ => 0,
-    }
-}
-
 /// The striped shape of one side, for the window planner; `None` for a level the planner
 /// does not cover (mirrors, linear).
 fn striped_shape(array: &Array, data_offset_sectors: u64) -> Option<StripedShape> {
@@ -249,7 +241,8 @@ impl ReshapingArray {
         // `recovery_offset` following the position: a RAID0 grown through RAID4, or a spare
         // given to a degraded array's missing role): the old shape is missing that role, the
         // new one has it below the position, which is all of the new shape in use.
-        let new_data_disks = u64::from(state.new.raid_disks.saturating_sub(parity_of(state.new.level)).max(1));
+        let new_data_disks =
+            u64::from(state.new.raid_disks.saturating_sub(uraid_core::metadata::grow::parity_disks(state.new.level).unwrap_or(0)).max(1));
         let mut rebuilt_by_reshape: Vec<u32> = Vec::new();
         for &i in &current {
             let sb = &found[i].1;
@@ -602,7 +595,8 @@ impl ReshapingArray {
         let rebuilt_to = position / self.planner.new.data_disks.max(1);
         self.write_superblocks(&mut events, |sb| {
             sb.reshape_position_sectors = position;
-            if self.rebuilt_by_reshape.contains(&sb.dev_number) && !self.planner.backwards {
+            // (Only forwards: `open` refuses rebuilding members in a backward reshape.)
+            if self.rebuilt_by_reshape.contains(&sb.dev_number) {
                 sb.recovery_offset_raw = sb.recovery_offset_raw.max(rebuilt_to);
             }
         })?;
