@@ -27,7 +27,7 @@ impl Array {
             return false;
         }
         let meta = self.lock_meta();
-        meta.devices.get(device).is_some_and(|d| matches!(d.state, DeviceState::InSync(_)) && d.bad_blocks.has_area())
+        meta.get(device).is_some_and(|(d, state)| matches!(state, DeviceState::InSync(_)) && d.bad_blocks.has_area())
     }
 
     /// Lists `ranges` (absolute device sectors) in `device`'s log and writes the log and
@@ -44,9 +44,8 @@ impl Array {
             && self.level.has_redundancy()
             && self
                 .lock_meta()
-                .devices
                 .get(device)
-                .is_some_and(|d| matches!(d.state, DeviceState::Recovering { .. }) && d.bad_blocks.has_area())
+                .is_some_and(|(d, state)| matches!(state, DeviceState::Recovering { .. }) && d.bad_blocks.has_area())
     }
 
     /// [`Array::record_bad_ranges`]; `rebuild_target`: `device` is a member being rebuilt,
@@ -59,13 +58,13 @@ impl Array {
         let mut meta = self.lock_meta();
         let state_ok =
             |s: DeviceState| if rebuild_target { matches!(s, DeviceState::Recovering { .. }) } else { matches!(s, DeviceState::InSync(_)) };
-        let Some(d) = meta.devices.get(device).filter(|d| state_ok(d.state)) else { return false };
+        let Some((d, _)) = meta.get(device).filter(|(_, state)| state_ok(*state)) else { return false };
         if !d.bad_blocks.record(ranges) {
             return false;
         }
         let resync = self.resync_offset_for_superblock();
         self.persist(&mut meta, resync);
-        meta.devices[device].state != DeviceState::Faulty
+        meta.state(device) != DeviceState::Faulty
     }
 
     /// A member's write of `writes` ((member byte offset, bytes) each) failed with `error`.

@@ -126,11 +126,9 @@ impl Array {
     fn write_bitmap_area(&self, rel: i64, bytes: &[u8]) {
         let targets: Vec<_> = {
             let meta = self.lock_meta();
-            meta.devices
-                .iter()
-                .enumerate()
-                .filter(|(_, d)| d.state != super::DeviceState::Faulty)
-                .filter_map(|(i, d)| d.sb_offset.checked_add_signed(rel).map(|at| (i, d.member.clone(), at)))
+            meta.with_states()
+                .filter(|(_, _, state)| *state != super::DeviceState::Faulty)
+                .filter_map(|(i, d, _)| d.sb_offset.checked_add_signed(rel).map(|at| (i, d.member.clone(), at)))
                 .collect()
         };
         for (i, m, at) in targets {
@@ -156,7 +154,7 @@ impl Array {
         if let Some(b) = bits {
             head.extend_from_slice(&b);
         }
-        for d in meta.devices.iter().filter(|d| d.state != super::DeviceState::Faulty) {
+        for (_, d, _) in meta.with_states().filter(|(_, _, state)| *state != super::DeviceState::Faulty) {
             if let Some(at) = d.sb_offset.checked_add_signed(state.rel_offset) {
                 // A failure here surfaces at the superblock write that follows.
                 let _ = d.member.write_at(&head, at);

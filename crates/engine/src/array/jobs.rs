@@ -145,14 +145,15 @@ impl Array {
         if !self.writable {
             return None;
         }
-        let meta = self.lock_meta();
-        if meta.failed.is_some() {
-            return None;
+        {
+            let meta = self.lock_meta();
+            if meta.roster.failed().is_some() {
+                return None;
+            }
+            if meta.roster.job_running() {
+                return Some(JobKind::Recovery);
+            }
         }
-        if meta.devices.iter().any(|d| matches!(d.state, DeviceState::Recovering { .. } | DeviceState::Replacing { .. })) {
-            return Some(JobKind::Recovery);
-        }
-        drop(meta);
         // md resyncs while some redundancy is left (RAID6 missing one, mirrors with two
         // copies); without any there is nothing to compare, so the position jumps to the end.
         if self.resync_position() < self.sync_sectors() {
@@ -169,22 +170,14 @@ impl Array {
         if !self.writable {
             return false;
         }
-        let missing = self.missing_roles();
         let mut meta = self.lock_meta();
-        if meta.devices.iter().any(|d| matches!(d.state, DeviceState::Recovering { .. })) {
+        if meta.roster.devices().iter().any(|d| matches!(d.state, DeviceState::Recovering { .. })) {
             return true;
         }
-        let recovering_roles: Vec<usize> = meta
-            .devices
-            .iter()
-            .filter_map(|d| match d.state {
-                DeviceState::Recovering { role, .. } => Some(role),
-                _ => None,
-            })
-            .collect();
-        let Some(&role) = missing.iter().find(|r| !recovering_roles.contains(r)) else { return false };
-        let Some(sp) = meta.devices.iter().position(|d| d.state == DeviceState::Spare) else { return false };
-        super::assign_recovering(&mut meta, sp, role);
+        if meta.roster.assign_spare_to_missing_role().is_none() {
+            return false;
+        }
+        // The role table follows at the rebuild's first checkpoint.
         self.rebuild_io_map(&meta);
         true
     }
@@ -253,18 +246,8 @@ impl Array {
         let unit = self.recovery_unit();
         let (device, role, mut done, replacing, from_bitmap) = {
             let meta = self.lock_meta();
-            let recovering = meta.devices.iter().enumerate().find_map(|(i, d)| match d.state {
-                DeviceState::Recovering { role, done } => Some((i, role, done, false, d.bitmap_recovery)),
-                _ => None,
-            });
-            let replacing = || {
-                meta.devices.iter().enumerate().find_map(|(i, d)| match d.state {
-                    DeviceState::Replacing { role, done } => Some((i, role, done, true, false)),
-                    _ => None,
-                })
-            };
-            match recovering.or_else(replacing) {
-                Some(x) => x,
+            match meta.roster.recovery_target() {
+                Some((device, role, done, replacing)) => (device, role, done, replacing, meta.roster.device(device).bitmap_recovery),
                 None => return Ok(JobProgress { kind: JobKind::Recovery, done_sectors: total, total_sectors: total }),
             }
         };
@@ -297,32 +280,23 @@ impl Array {
             self.fail_device(device, &format!("flush after recovery: {e}"));
             return Err(EngineError::Failed(format!("recovery target for role {role} failed: {e}")));
         }
-        {
-            let mut meta = self.lock_meta();
-            if meta.devices[device].state != state_at(done) {
-                // The target failed under us, or (a replacement) the member it replaces did
-                // and it became an ordinary rebuild: the next step picks that up.
-                return Err(EngineError::Failed(format!("recovery target for role {role} changed state during the step")));
-            }
-            done = end;
-            meta.devices[device].state = state_at(done);
-        }
-        // Checkpoint (md writes recovery_offset periodically; we do it every step). A
-        // replacement is a spare on disk until it takes the role: nothing to checkpoint.
         let mut meta = self.lock_meta();
+        if meta.roster.recovery_progress(device, state_at(done), end).is_err() {
+            // The target failed under us, or (a replacement) the member it replaces did
+            // and it became an ordinary rebuild: the next step picks that up.
+            return Err(EngineError::Failed(format!("recovery target for role {role} changed state during the step")));
+        }
+        done = end;
+        // Checkpoint (md writes recovery_offset periodically; we do it every step: the
+        // roster's round records `done`). A replacement is a spare on disk until it takes
+        // the role.
         if done >= total {
-            if replacing {
-                // md marks the replaced member faulty once its replacement is in sync.
-                let old = meta.devices.iter().position(|d| d.state == DeviceState::InSync(role));
-                if let Some(old) = old {
-                    meta.devices[old].state = DeviceState::Faulty;
-                    let why = format!("replaced by {}", meta.devices[device].member.label());
-                    meta.devices[old].failure = Some((super::FailureKind::Requested, why));
-                }
+            // md marks the replaced member faulty once its replacement is in sync.
+            let retired = meta.roster.recovery_complete(device).expect("the target's state was checked above");
+            if let Some(old) = retired {
+                let why = format!("replaced by {}", meta.devices[device].member.label());
+                meta.devices[old].failure = Some((super::FailureKind::Requested, why));
             }
-            super::assign_in_sync(&mut meta, device, role);
-        } else if !replacing {
-            meta.devices[device].sb.set_recovery_offset(Some(done));
         }
         // The I/O path follows the new roles only once they are on disk: until then a
         // write still reaches the member being replaced, which a crash during the update

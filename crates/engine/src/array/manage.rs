@@ -77,9 +77,8 @@ impl Array {
             return Err(EngineError::Invalid(format!("{} is already part of the array", member.label())));
         }
         let template_idx = meta
-            .devices
-            .iter()
-            .position(|d| matches!(d.state, DeviceState::InSync(_)))
+            .with_states()
+            .position(|(_, _, state)| matches!(state, DeviceState::InSync(_)))
             .ok_or_else(|| EngineError::Failed("no in-sync member to copy metadata from".into()))?;
         let template = &meta.devices[template_idx];
         let version = match &template.sb {
@@ -107,14 +106,15 @@ impl Array {
             }
         }
         let mut sb = planned.superblock;
-        sb.set_array_state(meta.events, self.resync_offset_for_superblock(), now_seconds());
+        sb.set_array_state(meta.roster.events(), self.resync_offset_for_superblock(), now_seconds());
         member
             .write_at(&superblock_bytes(&sb), planned.superblock_offset_bytes)
             .and_then(|_| member.flush())
             .map_err(|e| EngineError::Invalid(format!("{}: {e}", member.label())))?;
-        let device = Device::new(member, sb, planned.superblock_offset_bytes, DeviceState::Spare)?;
+        let device = Device::new(member, sb, planned.superblock_offset_bytes)?;
         debug_assert_eq!(device.data_offset, planned.data_offset_bytes);
-        meta.devices.push(device);
+        meta.roster.add_spare(dev_number, version != MetadataVersion::V0_90);
+        meta.push(device);
         let resync = self.resync_offset_for_superblock();
         self.persist(&mut meta, resync);
         Ok(())
@@ -128,10 +128,11 @@ impl Array {
         let (idx, old) = {
             let mut meta = self.lock_meta();
             let idx = device_index(&meta.devices, label)?;
-            if meta.devices[idx].state != DeviceState::Faulty {
-                return Err(EngineError::Invalid(format!("{label} is {}, not faulty", meta.devices[idx].state)));
+            if meta.state(idx) != DeviceState::Faulty {
+                return Err(EngineError::Invalid(format!("{label} is {}, not faulty", meta.state(idx))));
             }
-            let old = meta.devices.remove(idx);
+            let entry = meta.roster.remove(idx).expect("a faulty device may be removed");
+            let old = (meta.devices.remove(idx), entry);
             self.rebuild_io_map(&meta);
             (idx, old)
         };
@@ -140,7 +141,8 @@ impl Array {
             Err(e) => {
                 let mut meta = self.lock_meta();
                 let at = idx.min(meta.devices.len());
-                meta.devices.insert(at, old);
+                meta.roster.insert(at, old.1);
+                meta.devices.insert(at, old.0);
                 self.rebuild_io_map(&meta);
                 Err(e)
             }
@@ -209,9 +211,10 @@ impl Array {
         self.write_bitmap_to(member.as_ref(), loc.offset_bytes).map_err(|e| EngineError::Invalid(format!("{}: {e}", member.label())))?;
         let mut sb = sb;
         sb.set_recovery_offset(Some(0));
-        let mut device = Device::new(member.clone(), sb, loc.offset_bytes, DeviceState::Recovering { role, done: 0 })?;
-        device.bitmap_recovery = true;
-        meta.devices.push(device);
+        let dev_number = sb.dev_number();
+        let device = Device::new(member.clone(), sb, loc.offset_bytes)?;
+        meta.roster.add_re_added(dev_number, role).map_err(|e| EngineError::Invalid(format!("{}: {e}", member.label())))?;
+        meta.push(device);
         let resync = self.resync_offset_for_superblock();
         self.persist(&mut meta, resync);
         self.rebuild_io_map(&meta);
@@ -227,9 +230,9 @@ impl Array {
         }
         let Some(events_cleared) = self.bitmap_events_cleared() else { return Err("the array has no write-intent bitmap".into()) };
         let template = meta
-            .devices
-            .iter()
-            .find(|d| matches!(d.state, DeviceState::InSync(_)))
+            .with_states()
+            .find(|(_, _, state)| matches!(state, DeviceState::InSync(_)))
+            .map(|(_, d, _)| d)
             .ok_or_else(|| "no in-sync member to compare with".to_string())?;
         if sb.version() != template.sb.version() {
             return Err(format!("its superblock is {}, the array's {}", sb.version(), template.sb.version()));
@@ -250,10 +253,7 @@ impl Array {
         if let Some(done) = sb.recovery_offset_sectors() {
             return Err(format!("it was still being rebuilt when it left (recovered to sector {done})"));
         }
-        if let Some(d) = meta.devices.iter().find(|d| match d.state {
-            DeviceState::InSync(r) | DeviceState::Recovering { role: r, .. } | DeviceState::Replacing { role: r, .. } => r == role,
-            _ => false,
-        }) {
+        if let Some((_, d, _)) = meta.with_states().find(|(_, _, state)| state.role() == Some(role)) {
             return Err(format!("its role {role} is held by {} now", d.member.label()));
         }
         let events = sb.events();
@@ -262,13 +262,16 @@ impl Array {
                 "its events {events} are older than the bitmap's events_cleared {events_cleared}: the bits were cleared since it left"
             ));
         }
-        if events > meta.events {
-            return Err(format!("its events {events} are newer than the array's {}: it was written apart from the array", meta.events));
+        if events > meta.roster.events() {
+            return Err(format!(
+                "its events {events} are newer than the array's {}: it was written apart from the array",
+                meta.roster.events()
+            ));
         }
         // Written apart from the array (assembled on its own, say)? Then it would record the
         // array's members as missing; as it left, it recorded each of them in its role.
-        for d in &meta.devices {
-            if let DeviceState::InSync(r) = d.state {
+        for (_, d, state) in meta.with_states() {
+            if let DeviceState::InSync(r) = state {
                 if sb.role_of_device(d.sb.dev_number()) != DeviceRole::Active(r as u32) {
                     return Err(format!("its superblock does not record {} as in sync in role {r}", d.member.label()));
                 }
@@ -314,7 +317,7 @@ impl Array {
     /// [`Array::replace_device`] with a spare already attached to the array.
     pub fn replace_with_spare(&self, label: &str, spare_label: &str) -> Result<(), EngineError> {
         let role = self.replaceable_role(label)?;
-        let is_spare = self.lock_meta().devices.iter().any(|d| d.member.label() == spare_label && d.state == DeviceState::Spare);
+        let is_spare = self.lock_meta().with_states().any(|(_, d, state)| d.member.label() == spare_label && state == DeviceState::Spare);
         if !is_spare {
             return Err(EngineError::Invalid(format!("{spare_label} is not a spare of this array")));
         }
@@ -332,15 +335,11 @@ impl Array {
         }
         let role = {
             let meta = self.lock_meta();
-            let d = meta
-                .devices
-                .iter()
-                .find(|d| d.member.label() == label)
-                .ok_or_else(|| EngineError::Invalid(format!("{label} is not part of the array")))?;
-            let DeviceState::InSync(role) = d.state else {
-                return Err(EngineError::Invalid(format!("{label} is {}; only an in-sync member can be replaced", d.state)));
+            let state = meta.state(device_index(&meta.devices, label)?);
+            let DeviceState::InSync(role) = state else {
+                return Err(EngineError::Invalid(format!("{label} is {state}; only an in-sync member can be replaced")));
             };
-            if meta.devices.iter().any(|d| matches!(d.state, DeviceState::Recovering { .. } | DeviceState::Replacing { .. })) {
+            if meta.roster.job_running() {
                 return Err(EngineError::Invalid("a rebuild or replacement is already running; replace again when it is done".into()));
             }
             role
@@ -357,11 +356,10 @@ impl Array {
     /// Spare `new_label` starts copying in-sync member `label` (role `role`).
     fn start_replacement(&self, label: &str, role: usize, new_label: &str) {
         let mut meta = self.lock_meta();
-        let new = meta.devices.iter().position(|d| d.member.label() == new_label);
-        let old_still_in_sync = meta.devices.iter().any(|d| d.member.label() == label && d.state == DeviceState::InSync(role));
-        // A failure since the checks above may already have taken the spare for a rebuild.
-        if let Some(new) = new.filter(|&i| meta.devices[i].state == DeviceState::Spare && old_still_in_sync) {
-            meta.devices[new].state = DeviceState::Replacing { role, done: 0 };
+        let (Ok(old), Ok(new)) = (device_index(&meta.devices, label), device_index(&meta.devices, new_label)) else { return };
+        // A failure since the checks above may already have taken the spare for a rebuild,
+        // or the old member: then the roster refuses and nothing changes.
+        if meta.state(old) == DeviceState::InSync(role) && meta.roster.start_replacement(old, new).is_ok() {
             self.rebuild_io_map(&meta);
         }
     }
@@ -370,11 +368,8 @@ impl Array {
     pub fn remove_device(&self, label: &str) -> Result<(), EngineError> {
         let mut meta = self.lock_meta();
         let idx = device_index(&meta.devices, label)?;
-        match meta.devices[idx].state {
-            DeviceState::Faulty | DeviceState::Spare => {}
-            other => {
-                return Err(EngineError::Invalid(format!("{label} is {other}; fail it first (uraid fail)")));
-            }
+        if let Err(uraid_core::state::RosterError::WrongState(other)) = meta.roster.remove(idx) {
+            return Err(EngineError::Invalid(format!("{label} is {other}; fail it first (uraid fail)")));
         }
         meta.devices.remove(idx);
         if self.writable {

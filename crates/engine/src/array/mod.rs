@@ -28,6 +28,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use uraid_core::assemble::{assemble, AssembleOptions, Candidate, Decision, Exclusion};
 use uraid_core::geometry::{ArraySpec, Geometry, Level, MemberSector, Piece, Placement, SECTOR_BYTES};
 use uraid_core::metadata::{DeviceRole, MdUuid, Superblock, MAX_SECTOR};
+use uraid_core::state::{Roster, RosterDevice};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -84,39 +85,7 @@ impl Default for ArrayOptions {
     }
 }
 
-/// What a device attached to the array is now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeviceState {
-    InSync(usize),
-    /// Being rebuilt: sectors below `done` (from the data offset) hold valid data.
-    Recovering {
-        role: usize,
-        done: u64,
-    },
-    /// Taking over `role` from its in-sync member, which keeps serving until the copy is
-    /// done (md's hot replace): written like the member it replaces, copied up to `done`.
-    /// Superblocks record it as a spare until it takes the role, so a restart in between
-    /// leaves a healthy array and a spare (md would resume the copy; here it is asked again).
-    Replacing {
-        role: usize,
-        done: u64,
-    },
-    Spare,
-    Faulty,
-}
-
-/// As `mdadm --detail` words it, for messages.
-impl std::fmt::Display for DeviceState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DeviceState::InSync(role) => write!(f, "an active member (role {role})"),
-            DeviceState::Recovering { role, .. } => write!(f, "being rebuilt (role {role})"),
-            DeviceState::Replacing { role, .. } => write!(f, "replacing role {role}"),
-            DeviceState::Spare => write!(f, "a spare"),
-            DeviceState::Faulty => write!(f, "faulty"),
-        }
-    }
-}
+pub use uraid_core::state::DeviceState;
 
 /// One device and its superblock as the array keeps it.
 struct Device {
@@ -126,15 +95,9 @@ struct Device {
     sb: Superblock,
     sb_offset: u64,
     data_offset: u64,
-    state: DeviceState,
     /// Why this process failed the device: its kind, which programs act on (a member that
     /// was unreachable may come back), and the I/O error or request, for status.
     failure: Option<(FailureKind, String)>,
-    /// A former member re-added from the bitmap (md's `Bitmap_sync`): while it is
-    /// `Recovering`, its rebuild skips regions whose bitmap chunks are clean (written by no
-    /// one since it left). Never set for a spare; not recorded on disk, so a restart resumes
-    /// its rebuild in full from its `recovery_offset`.
-    bitmap_recovery: bool,
     read_errors: ReadErrorStats,
     /// The member's bad-block log; `member` is wrapped so that every read honours it.
     bad_blocks: Arc<BadBlockLog>,
@@ -143,7 +106,7 @@ struct Device {
 impl Device {
     /// A device as the array keeps it: its bad-block log loaded and its member wrapped so
     /// reads of listed ranges fail and writes clear them (`bad_blocks.rs`).
-    fn new(member: Arc<dyn Member>, sb: Superblock, sb_offset: u64, state: DeviceState) -> Result<Device, EngineError> {
+    fn new(member: Arc<dyn Member>, sb: Superblock, sb_offset: u64) -> Result<Device, EngineError> {
         let log = Arc::new(BadBlockLog::load(member.as_ref(), &sb, sb_offset).map_err(EngineError::Refused)?);
         Ok(Device {
             raw: member.clone(),
@@ -151,9 +114,7 @@ impl Device {
             data_offset: sb.data_offset_sectors() * SECTOR_BYTES,
             sb,
             sb_offset,
-            state,
             failure: None,
-            bitmap_recovery: false,
             read_errors: ReadErrorStats::default(),
             bad_blocks: log,
         })
@@ -255,11 +216,30 @@ pub(crate) struct IoMap {
     write: Vec<Option<RoleMember>>,
 }
 
+/// The devices: their states, roles and the events in the pure [`Roster`] (every change of
+/// them a transition there), their handles and superblocks here, index for index.
 struct Meta {
+    roster: Roster,
     devices: Vec<Device>,
-    events: u64,
-    /// Too many members failed for the level: no more writes.
-    failed: Option<String>,
+}
+
+impl Meta {
+    fn state(&self, device: usize) -> DeviceState {
+        self.roster.state(device)
+    }
+    /// Device `device` and its state, if there is one.
+    fn get(&self, device: usize) -> Option<(&Device, DeviceState)> {
+        self.devices.get(device).map(|d| (d, self.roster.state(device)))
+    }
+    /// Each device with its state.
+    fn with_states(&self) -> impl Iterator<Item = (usize, &Device, DeviceState)> {
+        self.devices.iter().enumerate().map(|(i, d)| (i, d, self.roster.state(i)))
+    }
+    /// Attaches a device the roster has just been told about (index for index).
+    fn push(&mut self, device: Device) {
+        self.devices.push(device);
+        debug_assert_eq!(self.devices.len(), self.roster.devices().len());
+    }
 }
 
 /// What assembly did with each given device, for the user.
@@ -436,8 +416,11 @@ impl Array {
         // Devices the array keeps: in-sync members, recovering members and spares. Stale,
         // faulty and foreign devices are never written.
         let mut kept: Vec<Device> = Vec::new();
+        let mut roster_devices: Vec<RosterDevice> = Vec::new();
         let mut push = |i: usize, state: DeviceState| -> Result<(), EngineError> {
-            kept.push(Device::new(devices[i].clone(), candidates[i].superblock.clone(), sb_offsets[i], state)?);
+            let sb = &candidates[i].superblock;
+            roster_devices.push(RosterDevice::new(state, sb.dev_number(), matches!(sb, Superblock::V1(_)), sb.role()));
+            kept.push(Device::new(devices[i].clone(), sb.clone(), sb_offsets[i])?);
             Ok(())
         };
         let rebuilding: Vec<(usize, u64)> = plan.rebuilding.iter().map(|r| (r.member, r.recovered_sectors)).collect();
@@ -458,6 +441,8 @@ impl Array {
         for &i in &plan.spares {
             push(i, DeviceState::Spare)?;
         }
+        let roster = Roster::new(level, shape.layout, raid_disks, roster_devices, plan.events)
+            .map_err(|why| EngineError::Refused(format!("the superblocks describe an impossible set of members: {why}")))?;
         let clean = newest.is_clean();
         let resync_from = match &newest {
             Superblock::V1(sb) => sb.resync_offset_sectors,
@@ -471,7 +456,7 @@ impl Array {
         };
         report.needs_resync = !clean && level.has_redundancy();
         for role in 0..raid_disks {
-            let served = kept.iter().any(|d| d.state == DeviceState::InSync(role));
+            let served = roster.devices().iter().any(|d| d.state == DeviceState::InSync(role));
             if !served && !report.degraded_roles.contains(&(role as u32)) {
                 report.degraded_roles.push(role as u32);
             }
@@ -525,7 +510,7 @@ impl Array {
             layout: shape.layout,
             writable: opts.writable,
             io: RwLock::new(Arc::new(IoMap::default())),
-            meta: Mutex::new(Meta { devices: kept, events: plan.events, failed: None }),
+            meta: Mutex::new(Meta { roster, devices: kept }),
             // Starts clean even when assembled dirty: the first write re-marks "active" (a
             // no-op on disk) and a resync covers the rest.
             write_state: Mutex::new(uraid_core::state::WriteState::new(false, bitmap_state.as_ref().map(|(_, bits)| bits.clone()))),
@@ -565,7 +550,7 @@ impl Array {
         &self.geometry
     }
     pub fn events(&self) -> u64 {
-        self.lock_meta().events
+        self.lock_meta().roster.events()
     }
     pub fn is_writable(&self) -> bool {
         self.writable
@@ -582,11 +567,10 @@ impl Array {
     }
     pub fn devices(&self) -> Vec<DeviceInfo> {
         self.lock_meta()
-            .devices
-            .iter()
-            .map(|d| DeviceInfo {
+            .with_states()
+            .map(|(_, d, state)| DeviceInfo {
                 label: d.member.label().to_string(),
-                state: d.state,
+                state,
                 dev_number: d.sb.dev_number(),
                 failure: d.failure.as_ref().map(|(_, why)| why.clone()),
                 failure_kind: d.failure.as_ref().map(|(kind, _)| *kind),
@@ -601,7 +585,7 @@ impl Array {
     /// The devices in use (members, rebuilding members and spares; not failed ones), as
     /// they were given: what a reshape of this array takes over.
     pub fn device_handles(&self) -> Vec<Arc<dyn Member>> {
-        self.lock_meta().devices.iter().filter(|d| d.state != DeviceState::Faulty).map(|d| d.raw.clone()).collect()
+        self.lock_meta().with_states().filter(|(_, _, s)| *s != DeviceState::Faulty).map(|(_, d, _)| d.raw.clone()).collect()
     }
 
     pub fn missing_roles(&self) -> Vec<usize> {
@@ -609,7 +593,7 @@ impl Array {
         (0..io.read.len()).filter(|r| io.read[*r].is_none()).collect()
     }
     pub fn failure(&self) -> Option<String> {
-        self.lock_meta().failed.clone()
+        self.lock_meta().roster.failed().map(|f| f.to_string())
     }
 
     fn lock_meta(&self) -> MutexGuard<'_, Meta> {
@@ -623,9 +607,9 @@ impl Array {
     fn rebuild_io_map(&self, meta: &Meta) {
         let n = self.geometry.raid_disks();
         let mut map = IoMap { read: vec![None; n], replacement: vec![None; n], write: vec![None; n] };
-        for (i, d) in meta.devices.iter().enumerate() {
+        for (i, d, state) in meta.with_states() {
             let rm = RoleMember { member: d.member.clone(), data_offset: d.data_offset, device: i, bad_blocks: d.bad_blocks.clone() };
-            match d.state {
+            match state {
                 DeviceState::InSync(role) if role < n => {
                     map.read[role] = Some(rm.clone());
                     map.write[role] = Some(rm);
@@ -657,44 +641,30 @@ impl Array {
     /// member, every write flushed).
     fn persist_clearing_bits(&self, meta: &mut Meta, resync_offset: u64, clear_bits: bool) {
         for _ in 0..meta.devices.len() + 1 {
-            meta.events += 1;
-            let events = meta.events;
+            // The roster says what every superblock records and in which order they go out
+            // (devices whose own role changes first: see `SuperblockRound::order`).
+            let round = meta.roster.superblock_round();
             let now = now_seconds();
-            self.bitmap_sync_events(meta, events, clear_bits);
-            let mut newly_failed = Vec::new();
-            let table = role_table(meta);
-            let roles: Vec<DeviceRole> = table.iter().map(|(_, r)| *r).collect();
-            // Members whose own role changes in this update (a spare taking a role to
-            // rebuild, a replacement taking over its role) are written first, each flushed
-            // before the next member: a crash part-way must never leave the newest
-            // superblocks naming a member for a role while that member's own superblock
-            // still calls it a spare. Assembly would then leave it out, and a dirty array
-            // missing that role cannot start (a hot replace completing under writes did
-            // exactly this; `tests/crash_points.rs`). Written first, the member is the
-            // newest and its own superblock records its role and rebuild progress; the rest,
-            // one event behind, take their roles from it as md does.
-            let mut role_taken_first = Vec::with_capacity(meta.devices.len());
+            self.bitmap_sync_events(meta, round.events, clear_bits);
+            let roles: Vec<DeviceRole> = round.table.iter().map(|(_, r)| *r).collect();
             let mut logs: Vec<Option<crate::bad_blocks::LogWrite>> = (0..meta.devices.len()).map(|_| None).collect();
-            for (i, d) in meta.devices.iter_mut().enumerate() {
-                if d.state == DeviceState::Faulty {
-                    continue;
-                }
-                let before = d.sb.role();
+            for &i in &round.order {
+                let d = &mut meta.devices[i];
                 match d.sb {
-                    Superblock::V1(_) => d.sb.set_role_table(&table),
+                    Superblock::V1(_) => d.sb.set_role_table(&round.table),
                     Superblock::V090(_) => d.sb.set_role_table_090(&roles, i),
                 }
+                d.sb.set_recovery_offset(round.recovery_offsets[i]);
                 // md's super_1_sync: BAD_BLOCKS set exactly while the list has entries, and
                 // a changed list written with the superblock (here: before it, so a
                 // superblock never points at a log older than itself). Before the state
                 // update, which computes the checksum (the concurrent simulator found a
                 // superblock written with the bit changed after it: seed 292).
                 logs[i] = d.bad_blocks.prepare_update(&mut d.sb);
-                d.sb.set_array_state(events, resync_offset, now);
-                role_taken_first.push((d.sb.role() == before, i));
+                d.sb.set_array_state(round.events, resync_offset, now);
             }
-            role_taken_first.sort();
-            for (_, i) in role_taken_first {
+            let mut newly_failed = Vec::new();
+            for &i in &round.order {
                 let d = &meta.devices[i];
                 let bytes = superblock_bytes(&d.sb);
                 // The log is flushed before the superblock that points at it is written: a
@@ -741,8 +711,8 @@ impl Array {
     }
 
     fn check_alive(&self) -> Result<(), EngineError> {
-        match &self.lock_meta().failed {
-            Some(why) => Err(EngineError::Failed(why.clone())),
+        match self.lock_meta().roster.failed() {
+            Some(why) => Err(EngineError::Failed(why.to_string())),
             None => Ok(()),
         }
     }
@@ -764,7 +734,7 @@ impl Array {
     /// [`Array::fail_device`], recording the kind of the failure.
     pub(crate) fn fail_device_as(&self, device: usize, kind: FailureKind, why: &str) {
         let mut meta = self.lock_meta();
-        if meta.devices.get(device).is_none_or(|d| d.state == DeviceState::Faulty) {
+        if device >= meta.devices.len() || meta.state(device) == DeviceState::Faulty {
             return;
         }
         meta.devices[device].failure = Some((kind, why.to_string()));
@@ -775,43 +745,11 @@ impl Array {
         }
     }
 
+    /// The roster's [`Roster::fail`] (a replacement promoted, else a spare given the role),
+    /// and the I/O path follows.
     fn mark_faulty_locked(&self, meta: &mut Meta, device: usize) {
-        let role = match meta.devices[device].state {
-            DeviceState::InSync(r) | DeviceState::Recovering { role: r, .. } => Some(r),
-            _ => None,
-        };
-        meta.devices[device].state = DeviceState::Faulty;
-        if let Some(role) = role {
-            let replacing = meta.devices.iter().position(|d| matches!(d.state, DeviceState::Replacing { role: r, .. } if r == role));
-            if let Some(rp) = replacing {
-                // The member being replaced died: its replacement, written like it all
-                // along and copied up to `done`, carries on as an ordinary rebuild (md
-                // promotes the replacement the same way).
-                let DeviceState::Replacing { done, .. } = meta.devices[rp].state else { unreachable!("matched above") };
-                meta.devices[rp].state = DeviceState::Recovering { role, done };
-                meta.devices[rp].sb.set_recovery_offset(Some(done));
-            } else if let Some(sp) = meta.devices.iter().position(|d| d.state == DeviceState::Spare) {
-                // Take a spare for the role, as md does with a hot spare.
-                assign_recovering(meta, sp, role);
-            }
-        }
-        if !self.can_serve(meta) {
-            meta.failed.get_or_insert_with(|| format!("too many members failed for {}", self.level));
-        }
+        meta.roster.fail(device);
         self.rebuild_io_map(meta);
-    }
-
-    fn can_serve(&self, meta: &Meta) -> bool {
-        let n = self.geometry.raid_disks();
-        let mut present = vec![false; n];
-        for d in &meta.devices {
-            if let DeviceState::InSync(r) = d.state {
-                if r < n {
-                    present[r] = true;
-                }
-            }
-        }
-        self.level.serves_all_data(self.layout, &present)
     }
 
     /// Fails the member serving `role` (as `mdadm --fail`).
@@ -932,7 +870,8 @@ impl Array {
     pub(crate) fn read_error_keeps_member(&self, device: usize, why: &str, error: &std::io::Error) -> bool {
         if crate::bad_blocks::is_listed(error) {
             // Known bad, not a new error: md neither counts it nor fails the member.
-            return self.lock_meta().devices.get(device).is_some_and(|d| d.state != DeviceState::Faulty);
+            let meta = self.lock_meta();
+            return device < meta.devices.len() && meta.state(device) != DeviceState::Faulty;
         }
         if !crate::member::is_medium_error(error) {
             self.fail_device_io(device, error, why);
@@ -940,7 +879,10 @@ impl Array {
         }
         let mut meta = self.lock_meta();
         let now = self.started.elapsed().as_secs();
-        let Some(d) = meta.devices.get_mut(device).filter(|d| d.state != DeviceState::Faulty) else { return false };
+        if device >= meta.devices.len() || meta.state(device) == DeviceState::Faulty {
+            return false;
+        }
+        let d = &mut meta.devices[device];
         d.read_errors.seen += 1;
         let verdict = d.read_errors.count.record(now, self.max_read_errors);
         let count = d.read_errors.count.count();
@@ -1347,41 +1289,6 @@ impl Drop for Array {
         // Best effort: a dropped writable array is closed cleanly if it can be.
         let _ = self.close();
     }
-}
-
-/// The role table every superblock carries, derived from the devices' states (md's
-/// `super_1_sync`): in-sync and recovering members hold their role (0.90 cannot record a
-/// partial rebuild, so there a recovering member stays a spare until it is complete), failed
-/// ones are faulty, spares spare; devices no longer in the array are spares by omission.
-fn role_table(meta: &Meta) -> Vec<(u32, DeviceRole)> {
-    meta.devices
-        .iter()
-        .map(|d| {
-            let v1 = matches!(d.sb, Superblock::V1(_));
-            let role = match d.state {
-                DeviceState::InSync(r) => DeviceRole::Active(r as u32),
-                DeviceState::Recovering { role, .. } if v1 => DeviceRole::Active(role as u32),
-                DeviceState::Recovering { .. } | DeviceState::Replacing { .. } | DeviceState::Spare => DeviceRole::Spare,
-                DeviceState::Faulty => DeviceRole::Faulty,
-            };
-            (d.sb.dev_number(), role)
-        })
-        .collect()
-}
-
-/// Makes device `sp` the recovery target of `role` (the role table follows at the next
-/// superblock update, see [`role_table`]).
-fn assign_recovering(meta: &mut Meta, sp: usize, role: usize) {
-    meta.devices[sp].state = DeviceState::Recovering { role, done: 0 };
-    meta.devices[sp].bitmap_recovery = false;
-    meta.devices[sp].sb.set_recovery_offset(Some(0));
-}
-
-/// Records device `device` as in sync for `role` in every superblock (end of a rebuild).
-fn assign_in_sync(meta: &mut Meta, device: usize, role: usize) {
-    meta.devices[device].state = DeviceState::InSync(role);
-    meta.devices[device].bitmap_recovery = false;
-    meta.devices[device].sb.set_recovery_offset(None);
 }
 
 /// The bytes of a superblock as written on disk (whole sectors).

@@ -91,8 +91,8 @@ impl Array {
                     drop(st);
                     let result = {
                         let mut meta = self.lock_meta();
-                        match &meta.failed {
-                            Some(why) => Err(EngineError::Failed(why.clone())),
+                        match meta.roster.failed() {
+                            Some(why) => Err(EngineError::Failed(why.to_string())),
                             None => {
                                 self.persist(&mut meta, 0);
                                 Ok(())
