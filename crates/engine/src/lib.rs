@@ -18,7 +18,7 @@ pub mod stripe_cache;
 mod uring;
 pub mod volume;
 
-pub use array::{Array, ArrayOptions, AssemblyReport, DeviceInfo, DeviceState, EngineError, FailureKind};
+pub use array::{Array, ArrayOptions, AssemblyReport, DeviceInfo, DeviceState, EngineError, FailureKind, Fault};
 pub use member::{FileMember, IoMode, MemMember, Member};
 pub use ownership::DeviceIdentity;
 pub use uring::unavailable as io_uring_unavailable;

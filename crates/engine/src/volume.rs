@@ -159,7 +159,7 @@ impl LiveArray {
         let array = plain_and_idle(&stage, "changing the size")?;
         let handles = array.device_handles();
         for h in &handles {
-            h.refresh_size().map_err(|e| EngineError::Failed(format!("{}: asking its size: {e}", h.label())))?;
+            h.refresh_size().map_err(|error| crate::Fault::Metadata { device: h.label().to_string(), action: "asking its size", error })?;
         }
         array.close()?;
         crate::reshape::resize(&handles, opts, ask)?;

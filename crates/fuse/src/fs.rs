@@ -53,12 +53,23 @@ pub(crate) struct ArrayFs {
     max_io_bytes: u32,
 }
 
+/// The errno for an engine error, by kind (never by message); exhaustive, so a new kind of
+/// error needs a decision here. A range past the end is ENOSPC for a write (a full disk), as
+/// for the start of a write at the end (see `write`), EINVAL otherwise.
 fn errno_for(e: &EngineError) -> Errno {
+    errno_for_op(e, false)
+}
+
+fn errno_for_op(e: &EngineError, writes: bool) -> Errno {
     match e {
         EngineError::ReadOnly => Errno::EROFS,
-        EngineError::OutOfRange { .. } => Errno::EINVAL,
-        // Lost data, a failed array, member I/O errors: the kernel's word for all of them.
-        _ => Errno::EIO,
+        EngineError::OutOfRange { .. } if writes => Errno::ENOSPC,
+        EngineError::OutOfRange { .. } | EngineError::Invalid(_) => Errno::EINVAL,
+        EngineError::Unsupported(_) => Errno::EOPNOTSUPP,
+        // Lost data, a failed array or member: the kernel's word for all of them.
+        EngineError::Unreadable { .. } | EngineError::Failed(_) | EngineError::Plan(_) => Errno::EIO,
+        // Assembly errors: not produced by a request on an open array.
+        EngineError::NoSuperblock { .. } | EngineError::Refused(_) | EngineError::ReshapeInProgress { .. } => Errno::EIO,
     }
 }
 
@@ -308,7 +319,7 @@ impl Filesystem for ArrayFs {
                 self.touch(f);
                 reply.written(len as u32)
             }
-            Err(e) => reply.error(errno_for(&e)),
+            Err(e) => reply.error(errno_for_op(&e, true)),
         }
     }
 

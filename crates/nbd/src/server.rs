@@ -596,18 +596,46 @@ fn execute(conn: &Conn, job: Job) {
         Validated::Disconnect => return,
     };
     drop(job.data);
+    let writes = matches!(job.op, Validated::Write { .. } | Validated::Zero { .. });
     let error = match result {
         Ok(()) => 0,
-        Err(e) => engine_errno(&e),
+        Err(e) => engine_errno(&e, writes),
     };
     conn.send_error(job.cookie, error);
 }
 
-/// Maps engine errors onto the few values NBD allows.
-fn engine_errno(e: &EngineError) -> u32 {
+/// Maps engine errors onto the few values NBD allows, by kind (never by message). The
+/// match is exhaustive so that a new kind of error needs a decision here. `writes`: the
+/// request writes (a range past the end is then ENOSPC, as the NBD spec asks, else EINVAL).
+fn engine_errno(e: &EngineError, writes: bool) -> u32 {
     match e {
+        EngineError::OutOfRange { .. } if writes => errno::ENOSPC,
         EngineError::OutOfRange { .. } | EngineError::Invalid(_) => errno::EINVAL,
         EngineError::ReadOnly => errno::EPERM,
-        _ => errno::EIO,
+        EngineError::Unsupported(_) => errno::ENOTSUP,
+        // Lost data, a failed array or member, a stripe that cannot be rebuilt: what the
+        // kernel reports for a failed block I/O.
+        EngineError::Unreadable { .. } | EngineError::Failed(_) | EngineError::Plan(_) => errno::EIO,
+        // Assembly errors: not produced by a request on an open array.
+        EngineError::NoSuperblock { .. } | EngineError::Refused(_) | EngineError::ReshapeInProgress { .. } => errno::EIO,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uraid_engine::Fault;
+
+    #[test]
+    fn engine_errors_map_to_nbd_errors_by_kind() {
+        let past_end = EngineError::OutOfRange { offset: 1 << 20, len: 512, size: 1 << 20 };
+        assert_eq!(engine_errno(&past_end, true), errno::ENOSPC, "a write past the end is a full disk");
+        assert_eq!(engine_errno(&past_end, false), errno::EINVAL);
+        assert_eq!(engine_errno(&EngineError::ReadOnly, true), errno::EPERM);
+        assert_eq!(engine_errno(&EngineError::Invalid("x".into()), false), errno::EINVAL);
+        assert_eq!(engine_errno(&EngineError::Unsupported("x".into()), false), errno::ENOTSUP);
+        let failed = EngineError::Failed(Fault::MembersKeptFailing { stripe: 3 });
+        assert_eq!(engine_errno(&failed, true), errno::EIO);
+        assert_eq!(engine_errno(&EngineError::Unreadable { offset: 0, detail: String::new() }, false), errno::EIO);
     }
 }

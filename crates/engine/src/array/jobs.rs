@@ -278,13 +278,13 @@ impl Array {
         let target = self.lock_meta().devices[device].member.clone();
         if let Err(e) = target.flush() {
             self.fail_device(device, &format!("flush after recovery: {e}"));
-            return Err(EngineError::Failed(format!("recovery target for role {role} failed: {e}")));
+            return Err(super::Fault::RecoveryTargetFailed { role, error: e }.into());
         }
         let mut meta = self.lock_meta();
         if meta.roster.recovery_progress(device, state_at(done), end).is_err() {
             // The target failed under us, or (a replacement) the member it replaces did
             // and it became an ordinary rebuild: the next step picks that up.
-            return Err(EngineError::Failed(format!("recovery target for role {role} changed state during the step")));
+            return Err(super::Fault::RecoveryTargetChanged { role }.into());
         }
         done = end;
         // Checkpoint (md writes recovery_offset periodically; we do it every step: the
@@ -419,7 +419,7 @@ impl Array {
         if let [j] = missing {
             let mut refs: Vec<&mut [u8]> = bufs.data.iter_mut().map(|d| d.as_mut_slice()).collect();
             if uraid_parity::recover_from_p(&mut refs, *j, &bufs.p).is_err() {
-                return Err(EngineError::Failed("degraded resync: parity shape".into()));
+                return Err(super::Fault::Internal("degraded resync: parity shape").into());
             }
         }
         let mut p_new = vec![0u8; h];

@@ -79,7 +79,7 @@ impl Array {
         let template_idx = meta
             .with_states()
             .position(|(_, _, state)| matches!(state, DeviceState::InSync(_)))
-            .ok_or_else(|| EngineError::Failed("no in-sync member to copy metadata from".into()))?;
+            .ok_or(super::Fault::Internal("no in-sync member to copy metadata from"))?;
         let template = &meta.devices[template_idx];
         let version = match &template.sb {
             Superblock::V090(_) => MetadataVersion::V0_90,

@@ -44,8 +44,9 @@ pub enum EngineError {
     Unreadable { offset: u64, detail: String },
     #[error("array is read-only")]
     ReadOnly,
+    /// A request or job could not complete: why, as a kind programs act on.
     #[error("array has failed: {0}")]
-    Failed(String),
+    Failed(Fault),
     /// A stripe cannot be written: more of its members are lost than the level survives.
     #[error("array has failed: {0}")]
     Plan(#[from] uraid_core::plan::PlanError),
@@ -54,6 +55,59 @@ pub enum EngineError {
     /// The superblocks record a reshape in progress: [`crate::reshape::ReshapingArray`] reads it.
     #[error("the array is in the middle of a reshape (at array sector {position_sectors}): finish it with `uraid grow --continue` (or mdadm --grow --continue), or read it with `uraid read`")]
     ReshapeInProgress { position_sectors: u64 },
+}
+
+/// Why a request or job failed (each kind's text says more for people).
+#[derive(Debug, thiserror::Error)]
+pub enum Fault {
+    /// More members failed than the level survives: no more writes.
+    #[error("{0}")]
+    Array(uraid_core::state::ArrayFailure),
+    /// A stripe's members kept failing while it was read or written (each failure failed
+    /// a member; the stripe ran out of members to try).
+    #[error("stripe {stripe}: members kept failing")]
+    MembersKeptFailing { stripe: u64 },
+    /// The same, for a degraded read of member sectors `first_sector..end_sector`.
+    #[error("member sectors {first_sector}..{end_sector}: members kept failing during a degraded read")]
+    WindowMembersKeptFailing { first_sector: u64, end_sector: u64 },
+    /// Too few members left in a stripe to rebuild what is missing.
+    #[error("stripe {stripe}: too many members missing to rebuild")]
+    TooFewToRebuild { stripe: u64 },
+    /// No member holds a sector any more.
+    #[error("no member holds array sector {array_sector}")]
+    NoMember { array_sector: u64 },
+    /// A member write failed and too few members hold those stripes to rebuild it.
+    #[error("member sectors {first_sector}..{end_sector}: a write failed and too few members hold the stripes to rebuild it")]
+    WriteUnprotected { first_sector: u64, end_sector: u64 },
+    /// Every copy of a mirrored sector failed to write.
+    #[error("every copy of array sector {array_sector} failed to write")]
+    EveryCopyFailed { array_sector: u64 },
+    /// A rebuild's regions could neither be read nor rebuilt (and could not be listed).
+    #[error("stripes {first}..={last}: recovery could not read or rebuild them")]
+    Unrebuildable { first: u64, last: u64 },
+    /// The member being rebuilt failed (it is failed now).
+    #[error("recovery target for role {role} failed: {error}")]
+    RecoveryTargetFailed { role: usize, error: std::io::Error },
+    /// The member being rebuilt changed state during the step (failed, or a replacement
+    /// was promoted); the next step picks up the new state.
+    #[error("recovery target for role {role} changed state during the step")]
+    RecoveryTargetChanged { role: usize },
+    /// Metadata a change depends on could not be written or read (`action` says which).
+    #[error("{device}: {action}: {error}")]
+    Metadata { device: String, action: &'static str, error: std::io::Error },
+    /// A superblock round of a reshape reached too few members.
+    #[error("cannot record the reshape's {what}: {detail}")]
+    ReshapeRecord { what: &'static str, detail: String },
+    /// An internal precondition did not hold (a bug): the request is refused, nothing is
+    /// written.
+    #[error("internal error: {0}")]
+    Internal(&'static str),
+}
+
+impl From<Fault> for EngineError {
+    fn from(f: Fault) -> EngineError {
+        EngineError::Failed(f)
+    }
 }
 
 /// How to open an array.
@@ -712,7 +766,7 @@ impl Array {
 
     fn check_alive(&self) -> Result<(), EngineError> {
         match self.lock_meta().roster.failed() {
-            Some(why) => Err(EngineError::Failed(why.to_string())),
+            Some(why) => Err(Fault::Array(why).into()),
             None => Ok(()),
         }
     }
@@ -1218,7 +1272,7 @@ impl Array {
                 }
             }
             if devices.is_empty() {
-                return Err(EngineError::Failed(format!("no member holds array sector {}", piece.array_sector)));
+                return Err(Fault::NoMember { array_sector: piece.array_sector }.into());
             }
             piece_devices.push(devices);
         }
@@ -1256,7 +1310,7 @@ impl Array {
         // Only copies the array reads count: a replacement alone does not hold the data yet.
         for (piece, devices) in pieces.iter().zip(&piece_devices) {
             if !devices.iter().any(|(d, is_replacement, range)| !is_replacement && holds(d, range)) {
-                return Err(EngineError::Failed(format!("every copy of array sector {} failed to write", piece.array_sector)));
+                return Err(Fault::EveryCopyFailed { array_sector: piece.array_sector }.into());
             }
         }
         Ok(())

@@ -139,7 +139,7 @@ impl Array {
             let _turn = target_writes.lock().unwrap_or_else(|e| e.into_inner());
             member.write_at(bytes, data_offset + sector * SECTOR_BYTES).map_err(|e| {
                 self.fail_device(device, &e.to_string());
-                EngineError::Failed(format!("recovery target: {e}"))
+                super::Fault::RecoveryTargetFailed { role, error: e }.into()
             })
         };
         match &self.geometry {
@@ -176,8 +176,7 @@ impl Array {
                     None if io.read[role].is_some() && unreadable.is_empty() => None,
                     None => self.parity_role_content(role, pos, pos + n, unreadable),
                 };
-                let content = content
-                    .ok_or_else(|| EngineError::Failed(format!("stripes {first}..={last}: recovery could not read or rebuild them")))?;
+                let content = content.ok_or(super::Fault::Unrebuildable { first, last })?;
                 assert_eq!(content.len() as u64, n * SECTOR_BYTES, "rebuilt region has the wrong length");
                 let written = write(&content, pos);
                 self.cache.recycle(content);

@@ -92,7 +92,7 @@ impl Array {
                     let result = {
                         let mut meta = self.lock_meta();
                         match meta.roster.failed() {
-                            Some(why) => Err(EngineError::Failed(why.to_string())),
+                            Some(why) => Err(super::Fault::Array(why).into()),
                             None => {
                                 self.persist(&mut meta, 0);
                                 Ok(())

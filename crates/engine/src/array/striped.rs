@@ -349,7 +349,7 @@ impl Array {
             let src = win[loc.role].as_ref().map(|b| &b[off..off + len]);
             match src {
                 Some(src) => out[at..at + len].copy_from_slice(src),
-                None => return Err(EngineError::Failed("rebuilt window lacks a role".into())),
+                None => return Err(super::Fault::Internal("rebuilt window lacks a role").into()),
             }
             at += len;
         }
@@ -412,7 +412,7 @@ impl Array {
             }
             return Ok(Some(win));
         }
-        Err(EngineError::Failed("members kept failing during a degraded read".into()))
+        Err(super::Fault::WindowMembersKeptFailing { first_sector: lo, end_sector: hi }.into())
     }
 
     /// Reads consecutive pieces of `out` — `targets[i]` = (role, member sector, sectors) of
@@ -595,7 +595,7 @@ impl Array {
                 return Ok(((bufs, missing, p_missing, q_missing), corrected));
             }
         }
-        Err(EngineError::Failed(format!("stripe {stripe}: members kept failing")))
+        Err(super::Fault::MembersKeptFailing { stripe }.into())
     }
 
     /// Writes `data` (whole sectors, already split into `pieces`); the caller holds the
@@ -623,7 +623,8 @@ impl Array {
             }
             self.write_segment(stripe, lo, hi, &writes, &mut outs)?;
         }
-        self.write_batched(outs).map_err(|detail| EngineError::Unreadable { offset: pieces[0].array_sector * SECTOR_BYTES, detail })?;
+        self.write_batched(outs)
+            .map_err(|f| EngineError::Unreadable { offset: pieces[0].array_sector * SECTOR_BYTES, detail: f.to_string() })?;
         self.check_alive()
     }
 
@@ -674,7 +675,7 @@ impl Array {
                 Err(SegmentError::Fatal(e)) => return Err(e),
             }
         }
-        Err(EngineError::Failed(format!("stripe {stripe}: members kept failing")))
+        Err(super::Fault::MembersKeptFailing { stripe }.into())
     }
 
     /// Reads `ranges` as one batch, all members at once ([`crate::parallel::run_member_io`]:
@@ -781,7 +782,7 @@ impl Array {
                     q: roles.q.map(|qr| take(qr).unwrap_or_else(|| vec![0u8; h])),
                 };
                 if !rebuild(roles, &mut bufs, lost, *p_lost, *q_lost) {
-                    return Err(SegmentError::Fatal(EngineError::Failed("stripe: too many members missing to rebuild".into())));
+                    return Err(SegmentError::Fatal(super::Fault::TooFewToRebuild { stripe: lo }.into()));
                 }
                 self.finish_full_stripe(roles, lo, h, bufs.data, writes, outs);
             }
@@ -813,7 +814,7 @@ impl Array {
     /// Issues collected writes: per member, contiguous runs as single vectored writes; members
     /// in parallel. The member map is read now, so members failed meanwhile are skipped (the
     /// stripes written stay consistent on the rest). Members whose write fails are failed.
-    fn write_batched(&self, mut outs: Outs) -> Result<(), String> {
+    fn write_batched(&self, mut outs: Outs) -> Result<(), super::Fault> {
         outs.sort_by_key(|(role, sector, _)| (*role, *sector));
         let io = self.io_map();
         let mut devices: Vec<usize> = Vec::new();
@@ -859,7 +860,7 @@ impl Array {
             let (lo, hi) =
                 outs.iter().fold((u64::MAX, 0), |(lo, hi), (_, s, b)| (lo.min(*s), hi.max(s + b.as_slice().len() as u64 / SECTOR_BYTES)));
             if !self.stripes_recoverable(&io, lo, hi) {
-                return Err(format!("member sectors {lo}..{hi}: a write failed and too few members hold the stripes to rebuild it"));
+                return Err(super::Fault::WriteUnprotected { first_sector: lo, end_sector: hi });
             }
         }
         Ok(())
@@ -868,7 +869,6 @@ impl Array {
     /// Writes each (role, member sector, bytes) to the role's write targets, through
     /// [`Self::write_batched`]; members whose write fails are failed. Missing roles are skipped.
     pub(super) fn write_members(&self, out: &[(usize, u64, &[u8])]) -> Result<(), EngineError> {
-        self.write_batched(out.iter().map(|&(role, sector, bytes)| (role, sector, OutBytes::Borrowed(bytes))).collect())
-            .map_err(EngineError::Failed)
+        Ok(self.write_batched(out.iter().map(|&(role, sector, bytes)| (role, sector, OutBytes::Borrowed(bytes))).collect())?)
     }
 }

@@ -203,7 +203,7 @@ impl ReshapingArray {
             }
         }
         if !errors.is_empty() {
-            return Err(EngineError::Failed(format!("cannot record the reshape's start: {}", errors.join("; "))));
+            return Err(crate::Fault::ReshapeRecord { what: "start", detail: errors.join("; ") }.into());
         }
         ReshapingArray::open(devices, opts)
     }
@@ -575,7 +575,7 @@ impl ReshapingArray {
             let why: Vec<String> = dead.into_iter().map(|(_, why)| why).collect();
             self.fail_on_both_sides()?;
             if left == 0 || self.old.failure().is_some() || self.new.failure().is_some() {
-                return Err(EngineError::Failed(format!("cannot record the reshape's progress: {}", why.join("; "))));
+                return Err(crate::Fault::ReshapeRecord { what: "progress", detail: why.join("; ") }.into());
             }
         }
     }

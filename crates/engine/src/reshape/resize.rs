@@ -35,9 +35,11 @@ pub fn resize(devices: &[Arc<dyn Member>], opts: &ArrayOptions, ask: SizeAsk) ->
         sb.events = newest.events + 1;
         sb.utime = uraid_core::metadata::sb1::MdTime::from_parts(now, 0);
         sb.sb_csum = sb.compute_checksum();
-        dev.write_at(&superblock_bytes_of(&Superblock::V1(sb)), *at)
-            .and_then(|_| dev.flush())
-            .map_err(|e| EngineError::Failed(format!("{}: recording the new size: {e}", dev.label())))?;
+        dev.write_at(&superblock_bytes_of(&Superblock::V1(sb)), *at).and_then(|_| dev.flush()).map_err(|error| crate::Fault::Metadata {
+            device: dev.label().to_string(),
+            action: "recording the new size",
+            error,
+        })?;
     }
     Ok(plan)
 }

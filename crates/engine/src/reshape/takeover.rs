@@ -52,10 +52,9 @@ pub fn take_over(devices: &[Arc<dyn Member>], opts: &ArrayOptions, req: &GrowReq
         sb.events = newest.events + 1;
         sb.utime = uraid_core::metadata::sb1::MdTime::from_parts(now, 0);
         sb.sb_csum = sb.compute_checksum();
-        devices[i]
-            .write_at(&superblock_bytes_of(&Superblock::V1(sb)), *at)
-            .and_then(|_| devices[i].flush())
-            .map_err(|e| EngineError::Failed(format!("{}: recording the level change: {e}", devices[i].label())))?;
+        devices[i].write_at(&superblock_bytes_of(&Superblock::V1(sb)), *at).and_then(|_| devices[i].flush()).map_err(|error| {
+            crate::Fault::Metadata { device: devices[i].label().to_string(), action: "recording the level change", error }
+        })?;
     }
     Ok(Some(t))
 }
