@@ -17,10 +17,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 use uraid_core::geometry::Level;
-use uraid_core::metadata::create::{plan_create, CreateRequest, InitialSync, NewDevice};
-use uraid_core::metadata::sb1::MdTime;
 use uraid_engine::array::JobKind;
-use uraid_engine::{Array, ArrayOptions, FileMember, Member};
+use uraid_engine::{Array, FileMember, Member};
 
 #[derive(Clone, Debug)]
 pub struct ArrayBenchConfig {
@@ -98,21 +96,10 @@ pub(crate) fn build(dir: &Path, level: Level, n: usize, chunk: u32, data_bytes: 
 /// planner, assume-clean, so no initial sync) and assembles it writable: every bench's
 /// arrays, over files or emulated disks.
 pub(crate) fn create_over(level: Level, chunk: u32, members: Vec<Arc<dyn Member>>) -> Result<Array, String> {
-    let mut req = CreateRequest::new(
-        level,
-        format!("bench-{level}"),
-        members.iter().enumerate().map(|(i, m)| Some(NewDevice { size_bytes: m.size_bytes(), device_uuid: [i as u8 + 1; 16] })).collect(),
-        [7; 16],
-        MdTime::from_parts(1_700_000_000, 0),
-    );
-    if level != Level::Raid1 {
-        req.chunk_bytes = Some(chunk);
-    }
-    req.initial_sync = InitialSync::AssumeClean;
-    let plan = plan_create(&req).map_err(|e| e.to_string())?;
-    let opt: Vec<Option<Arc<dyn Member>>> = members.iter().cloned().map(Some).collect();
-    uraid_engine::create::write_plan(&plan, &opt, &[]).map_err(|e| e.to_string())?;
-    Array::assemble(members, &ArrayOptions { writable: true, ..Default::default() }).map(|(a, _)| a).map_err(|e| e.to_string())
+    let mut sketch = uraid_engine::create::ArraySketch::new(level, format!("bench-{level}"));
+    sketch.chunk_kib = chunk / 1024;
+    sketch.array_uuid = [7; 16];
+    sketch.create(&members, &[])
 }
 
 /// ~1 MiB, rounded to a whole number of data stripes (full-stripe writes on parity levels).

@@ -23,9 +23,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uraid_core::geometry::Level;
-use uraid_core::metadata::create::{plan_create, CreateRequest, InitialSync, NewDevice};
-use uraid_core::metadata::sb1::MdTime;
-use uraid_engine::create::write_plan;
 use uraid_engine::member::{IoMode, IoStats};
 use uraid_engine::{Array, ArrayOptions, FileMember, Member};
 use uraid_parity::testdata::Prng;
@@ -178,22 +175,13 @@ fn fill(path: &Path, size: u64) {
 
 /// A RAID5 over `files`, assumed clean (the parity of the filler is not right, which
 /// does not matter for timing).
-fn create(files: &[PathBuf], size: u64, chunk: u64) {
-    let members: Vec<Option<Arc<dyn Member>>> =
-        files.iter().map(|f| Some(Arc::new(FileMember::open_with(f, true, IoMode::Buffered).expect("open")) as Arc<dyn Member>)).collect();
-    let new = |i: usize| NewDevice { size_bytes: size, device_uuid: [i as u8 + 1; 16] };
-    let mut req = CreateRequest::new(
-        Level::Raid5,
-        "bench",
-        (0..files.len()).map(|i| Some(new(i))).collect(),
-        [0x42; 16],
-        MdTime::from_parts(1_700_000_000, 0),
-    );
-    req.chunk_bytes = Some(chunk as u32);
-    req.initial_sync = InitialSync::AssumeClean;
-    let plan = plan_create(&req).expect("plan");
-    write_plan(&plan, &members, &[]).expect("write plan");
-    for m in members.into_iter().flatten() {
+fn create(files: &[PathBuf], _size: u64, chunk: u64) {
+    let members: Vec<Arc<dyn Member>> =
+        files.iter().map(|f| Arc::new(FileMember::open_with(f, true, IoMode::Buffered).expect("open")) as Arc<dyn Member>).collect();
+    let mut sketch = uraid_engine::create::ArraySketch::new(Level::Raid5, "bench");
+    sketch.chunk_kib = (chunk / 1024) as u32;
+    sketch.write(&members, &[]).expect("create");
+    for m in members {
         m.flush().expect("flush");
     }
 }

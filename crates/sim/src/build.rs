@@ -4,9 +4,9 @@
 use crate::disk::SimDisk;
 use std::sync::Arc;
 use uraid_core::geometry::Level;
-use uraid_core::metadata::create::{plan_create, CreateRequest, InitialSync, NewDevice};
-use uraid_core::metadata::sb1::MdTime;
+use uraid_core::metadata::create::InitialSync;
 use uraid_core::metadata::MetadataVersion;
+use uraid_engine::create::ArraySketch;
 use uraid_engine::{Array, ArrayOptions, AssemblyReport, EngineError, Member};
 
 /// Shape of a hand-built array.
@@ -44,26 +44,15 @@ impl Spec {
 pub fn create(spec: &Spec) -> Result<Vec<Arc<SimDisk>>, String> {
     let n = spec.disks + spec.spares;
     let disks: Vec<Arc<SimDisk>> = (0..n).map(|i| Arc::new(SimDisk::new(format!("d{i}"), spec.member_bytes, 1000 + i as u64))).collect();
-    let new = |i: usize| NewDevice { size_bytes: spec.member_bytes, device_uuid: [i as u8 + 1; 16] };
-    let mut req = CreateRequest::new(
-        spec.level,
-        "sim",
-        (0..spec.disks).map(|i| Some(new(i))).collect(),
-        [0x5a; 16],
-        MdTime::from_parts(1_700_000_000, 0),
-    );
-    req.spares = (0..spec.spares).map(|i| new(100 + i)).collect();
-    req.layout = spec.layout;
-    req.metadata = spec.metadata;
-    if spec.level != Level::Raid1 {
-        req.chunk_bytes = Some(spec.chunk_kib * 1024);
-    }
-    req.initial_sync = spec.sync;
-    req.bitmap = spec.bitmap_chunk.map(|c| uraid_core::metadata::create::BitmapRequest { chunk_bytes: Some(c) });
-    let plan = plan_create(&req).map_err(|e| e.to_string())?;
-    let m: Vec<Option<Arc<dyn Member>>> = disks[..spec.disks].iter().map(|d| Some(d.clone() as Arc<dyn Member>)).collect();
-    let s: Vec<Arc<dyn Member>> = disks[spec.disks..].iter().map(|d| d.clone() as Arc<dyn Member>).collect();
-    uraid_engine::create::write_plan(&plan, &m, &s).map_err(|e| e.to_string())?;
+    let mut sketch = ArraySketch::new(spec.level, "sim");
+    sketch.layout = spec.layout;
+    sketch.chunk_kib = spec.chunk_kib;
+    sketch.metadata = spec.metadata;
+    sketch.sync = spec.sync;
+    sketch.bitmap_chunk = spec.bitmap_chunk;
+    sketch.array_uuid = [0x5a; 16];
+    let members: Vec<Arc<dyn Member>> = disks.iter().map(|d| d.clone() as Arc<dyn Member>).collect();
+    sketch.write(&members[..spec.disks], &members[spec.disks..])?;
     Ok(disks)
 }
 

@@ -23,8 +23,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 use uraid_core::geometry::{Geometry, Level, Placement};
-use uraid_core::metadata::create::{plan_create, CreateRequest, InitialSync, NewDevice};
-use uraid_core::metadata::sb1::MdTime;
+use uraid_core::metadata::create::InitialSync;
 use uraid_core::metadata::{MetadataVersion, MAX_SECTOR};
 use uraid_engine::array::{CheckReport, JobKind};
 use uraid_engine::{Array, ArrayOptions, AssemblyReport, DeviceState, EngineError, Member};
@@ -350,25 +349,15 @@ impl Sim {
         let cfg = self.cfg.clone();
         let members: Vec<Arc<SimDisk>> = (0..cfg.disks).map(|_| self.new_disk()).collect();
         let spares: Vec<Arc<SimDisk>> = (0..cfg.spares).map(|_| self.new_disk()).collect();
-        let new = |i: usize| NewDevice { size_bytes: cfg.member_bytes, device_uuid: [i as u8 + 1; 16] };
-        let mut req = CreateRequest::new(
-            cfg.level,
-            "sim",
-            (0..cfg.disks).map(|i| Some(new(i))).collect(),
-            self.array_uuid,
-            MdTime::from_parts(1_700_000_000, 0),
-        );
-        req.spares = (0..cfg.spares).map(|i| new(100 + i)).collect();
-        req.layout = cfg.layout;
-        req.metadata = cfg.metadata;
-        if cfg.level != Level::Raid1 {
-            req.chunk_bytes = Some(cfg.chunk_kib * 1024);
-        }
-        req.initial_sync = cfg.initial_sync;
-        let plan = plan_create(&req).map_err(|e| format!("simulator bug: planner refused the config: {e}"))?;
-        let m: Vec<Option<Arc<dyn Member>>> = members.iter().map(|d| Some(d.clone() as Arc<dyn Member>)).collect();
+        let mut sketch = uraid_engine::create::ArraySketch::new(cfg.level, "sim");
+        sketch.layout = cfg.layout;
+        sketch.chunk_kib = cfg.chunk_kib;
+        sketch.metadata = cfg.metadata;
+        sketch.sync = cfg.initial_sync;
+        sketch.array_uuid = self.array_uuid;
+        let m: Vec<Arc<dyn Member>> = members.iter().map(|d| d.clone() as Arc<dyn Member>).collect();
         let s: Vec<Arc<dyn Member>> = spares.iter().map(|d| d.clone() as Arc<dyn Member>).collect();
-        uraid_engine::create::write_plan(&plan, &m, &s).map_err(|e| format!("write_plan: {e}"))?;
+        sketch.write(&m, &s).map_err(|e| format!("simulator bug: creating the array: {e}"))?;
         for i in 0..self.disks.len() {
             self.record_data_offset(i);
         }

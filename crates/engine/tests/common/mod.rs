@@ -3,10 +3,9 @@
 
 use std::sync::Arc;
 use uraid_core::geometry::Level;
-use uraid_core::metadata::create::{plan_create, CreateRequest, InitialSync, NewDevice};
-use uraid_core::metadata::sb1::MdTime;
+use uraid_core::metadata::create::InitialSync;
 use uraid_engine::array::CheckReport;
-use uraid_engine::create::write_plan;
+use uraid_engine::create::{as_members, mem_devices, ArraySketch};
 use uraid_engine::{Array, ArrayOptions, MemMember, Member};
 
 #[derive(Clone)]
@@ -59,35 +58,21 @@ pub struct Made {
 }
 
 pub fn make(shape: &Shape) -> Made {
-    let members: Vec<Arc<MemMember>> = (0..shape.disks).map(|i| Arc::new(MemMember::zeroed(format!("m{i}"), shape.member_bytes))).collect();
-    let spares: Vec<Arc<MemMember>> = (0..shape.spares).map(|i| Arc::new(MemMember::zeroed(format!("s{i}"), shape.member_bytes))).collect();
-    let m: Vec<Arc<dyn Member>> = members.iter().map(|m| m.clone() as Arc<dyn Member>).collect();
-    let s: Vec<Arc<dyn Member>> = spares.iter().map(|m| m.clone() as Arc<dyn Member>).collect();
-    write_created(shape, &m, &s);
+    let members = mem_devices(shape.disks, shape.member_bytes, "m");
+    let spares = mem_devices(shape.spares, shape.member_bytes, "s");
+    write_created(shape, &as_members(&members), &as_members(&spares));
     Made { members, spares }
 }
 
 /// Plans an array of `shape` with the real create planner and writes it onto `members` and
 /// `spares` (any backend, each `shape.member_bytes` long).
 pub fn write_created(shape: &Shape, members: &[Arc<dyn Member>], spares: &[Arc<dyn Member>]) {
-    let new = |i: usize| NewDevice { size_bytes: shape.member_bytes as u64, device_uuid: [i as u8 + 1; 16] };
-    let mut req = CreateRequest::new(
-        shape.level,
-        "test",
-        (0..shape.disks).map(|i| Some(new(i))).collect(),
-        [0x42; 16],
-        MdTime::from_parts(1_700_000_000, 0),
-    );
-    req.spares = (0..shape.spares).map(|i| new(100 + i)).collect();
-    req.layout = shape.layout;
-    if !matches!(shape.level, Level::Raid1) {
-        req.chunk_bytes = Some(shape.chunk_kib * 1024);
-    }
-    req.initial_sync = shape.sync;
-    req.bitmap = shape.bitmap_chunk.map(|c| uraid_core::metadata::create::BitmapRequest { chunk_bytes: Some(c) });
-    let plan = plan_create(&req).expect("plan");
-    let m: Vec<Option<Arc<dyn Member>>> = members.iter().map(|m| Some(m.clone())).collect();
-    write_plan(&plan, &m, spares).expect("write plan");
+    let mut sketch = ArraySketch::new(shape.level, "test");
+    sketch.layout = shape.layout;
+    sketch.chunk_kib = shape.chunk_kib;
+    sketch.sync = shape.sync;
+    sketch.bitmap_chunk = shape.bitmap_chunk;
+    sketch.write(members, spares).expect("create");
 }
 
 pub fn open(devs: &[Arc<MemMember>], run: bool) -> Array {

@@ -6,28 +6,15 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use uraid_core::geometry::Level;
-use uraid_core::metadata::create::{plan_create, CreateRequest, InitialSync, NewDevice};
-use uraid_core::metadata::sb1::MdTime;
-use uraid_engine::create::write_plan;
+use uraid_engine::create::ArraySketch;
 use uraid_engine::{Array, ArrayOptions, Member};
 
 /// Writes md metadata for a new array over `members` (all the same size).
 pub fn create(level: Level, members: &[Arc<dyn Member>], chunk_kib: u32) {
-    let size = members[0].size_bytes();
-    let mut req = CreateRequest::new(
-        level,
-        "fuse",
-        (0..members.len()).map(|i| Some(NewDevice { size_bytes: size, device_uuid: [i as u8 + 1; 16] })).collect(),
-        [0x5a; 16],
-        MdTime::from_parts(1_700_000_000, 0),
-    );
-    if !matches!(level, Level::Raid1) {
-        req.chunk_bytes = Some(chunk_kib * 1024);
-    }
-    req.initial_sync = InitialSync::AssumeClean;
-    let plan = plan_create(&req).expect("plan");
-    let m: Vec<Option<Arc<dyn Member>>> = members.iter().map(|m| Some(m.clone())).collect();
-    write_plan(&plan, &m, &[]).expect("write plan");
+    let mut sketch = ArraySketch::new(level, "fuse");
+    sketch.chunk_kib = chunk_kib;
+    sketch.array_uuid = [0x5a; 16];
+    sketch.write(members, &[]).expect("create");
 }
 
 pub fn assemble(members: &[Arc<dyn Member>], writable: bool) -> Array {

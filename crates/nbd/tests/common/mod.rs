@@ -10,29 +10,15 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use uraid_core::geometry::Level;
-use uraid_core::metadata::create::{plan_create, CreateRequest, InitialSync, NewDevice};
-use uraid_core::metadata::sb1::MdTime;
-use uraid_engine::create::write_plan;
-use uraid_engine::{Array, ArrayOptions, MemMember, Member};
+use uraid_engine::create::ArraySketch;
+use uraid_engine::Array;
 use uraid_nbd::protocol::*;
 use uraid_nbd::{Export, Listener, NbdServer, ServerConfig};
 
 /// A RAID level over `disks` in-memory members of `member_bytes` each, named `name`.
 pub fn array(level: Level, disks: usize, member_bytes: usize, name: &str) -> Arc<Array> {
-    let members: Vec<Arc<MemMember>> = (0..disks).map(|i| Arc::new(MemMember::zeroed(format!("m{i}"), member_bytes))).collect();
-    let new = |i: usize| NewDevice { size_bytes: member_bytes as u64, device_uuid: [i as u8 + 1; 16] };
-    let mut req =
-        CreateRequest::new(level, name, (0..disks).map(|i| Some(new(i))).collect(), [0x42; 16], MdTime::from_parts(1_700_000_000, 0));
-    if !matches!(level, Level::Raid1) {
-        req.chunk_bytes = Some(64 * 1024);
-    }
-    req.initial_sync = InitialSync::AssumeClean;
-    let plan = plan_create(&req).expect("plan");
-    let m: Vec<Option<Arc<dyn Member>>> = members.iter().map(|m| Some(m.clone() as Arc<dyn Member>)).collect();
-    write_plan(&plan, &m, &[]).expect("write plan");
-    let d: Vec<Arc<dyn Member>> = members.iter().map(|m| m.clone() as Arc<dyn Member>).collect();
-    let opts = ArrayOptions { writable: true, ..Default::default() };
-    Arc::new(Array::assemble(d, &opts).expect("assemble").0)
+    let members = uraid_engine::create::as_members(&uraid_engine::create::mem_devices(disks, member_bytes, "m"));
+    Arc::new(ArraySketch::new(level, name).create(&members, &[]).expect("create"))
 }
 
 pub fn raid5(name: &str) -> Arc<Array> {
@@ -238,21 +224,5 @@ pub use uraid_parity::testdata::Prng as Rng;
 
 /// Creates an array of `level` over `members` with md's defaults and the real planner.
 pub fn create_on(level: Level, members: &[Arc<dyn uraid_engine::Member>]) {
-    use uraid_core::metadata::create::{plan_create, CreateRequest, InitialSync, NewDevice};
-    use uraid_core::metadata::sb1::MdTime;
-    let new = |i: usize| NewDevice { size_bytes: members[i].size_bytes(), device_uuid: [i as u8 + 1; 16] };
-    let mut req = CreateRequest::new(
-        level,
-        "nbd",
-        (0..members.len()).map(|i| Some(new(i))).collect(),
-        [0x42; 16],
-        MdTime::from_parts(1_700_000_000, 0),
-    );
-    req.initial_sync = InitialSync::AssumeClean;
-    if level != Level::Raid1 {
-        req.chunk_bytes = Some(64 << 10);
-    }
-    let plan = plan_create(&req).expect("plan");
-    let m: Vec<Option<Arc<dyn uraid_engine::Member>>> = members.iter().map(|m| Some(m.clone())).collect();
-    uraid_engine::create::write_plan(&plan, &m, &[]).expect("write the superblocks");
+    ArraySketch::new(level, "nbd").write(members, &[]).expect("write the superblocks");
 }
