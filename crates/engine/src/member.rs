@@ -186,9 +186,13 @@ pub struct IoStats {
     pub direct: u64,
     /// Direct I/O through an aligned bounce buffer (caller's memory not aligned).
     pub bounced: u64,
-    /// Through the page cache (buffered mode, or offset/length not aligned).
+    /// Through the page cache (buffered mode, or after a demotion, see `einval_fallbacks`).
     pub buffered: u64,
-    /// Direct requests the kernel refused with EINVAL although they looked aligned, redone
+    /// Direct mode, offset or length not aligned: widened to whole aligned blocks through a
+    /// bounce buffer (a write reads the blocks, changes its bytes and writes them back).
+    pub widened: u64,
+    /// Direct requests the kernel refused with EINVAL although they looked aligned: the
+    /// member then turns direct I/O off on its descriptor for good and redoes the request
     /// buffered. Should stay 0; a non-zero count means the alignment reported for the device
     /// is wrong.
     pub einval_fallbacks: u64,
@@ -204,6 +208,7 @@ impl std::iter::Sum for IoStats {
             direct: t.direct + s.direct,
             bounced: t.bounced + s.bounced,
             buffered: t.buffered + s.buffered,
+            widened: t.widened + s.widened,
             einval_fallbacks: t.einval_fallbacks + s.einval_fallbacks,
             uring: t.uring + s.uring,
         })
@@ -215,6 +220,7 @@ struct Counters {
     direct: AtomicU64,
     bounced: AtomicU64,
     buffered: AtomicU64,
+    widened: AtomicU64,
     einval_fallbacks: AtomicU64,
     uring: AtomicU64,
 }
@@ -229,16 +235,16 @@ fn buffer_fits(b: &[u8], offset_align: usize, mem_align: usize) -> bool {
     b.is_empty() || ((b.as_ptr() as usize).is_multiple_of(mem_align) && b.len().is_multiple_of(offset_align))
 }
 
-/// The `O_DIRECT` descriptor of a member and the alignment its device demands.
-struct DirectFd {
-    file: File,
+/// The alignment direct I/O on a member's device demands.
+#[derive(Debug, Clone, Copy)]
+struct DirectAlign {
     /// File offsets and lengths (of each iovec, too) must be multiples of this.
     offset_align: usize,
     /// Buffer addresses must be multiples of this.
     mem_align: usize,
 }
 
-impl DirectFd {
+impl DirectAlign {
     /// May `b` be handed to the kernel as it is? (Empty slices are skipped by the kernel.)
     fn fits(&self, b: &[u8]) -> bool {
         buffer_fits(b, self.offset_align, self.mem_align)
@@ -251,43 +257,44 @@ impl DirectFd {
 /// A regular file or block device, opened read-only unless writes were asked for, so a
 /// read-only command can never modify a member.
 ///
-/// In direct mode the member holds TWO descriptors on the same inode: one opened with
-/// `O_DIRECT`, one buffered. A request whose offset and length are multiples of the device's
-/// direct-I/O alignment goes direct (from/to the caller's buffers when their addresses and
-/// lengths are aligned too, else through an aligned bounce buffer, [`BOUNCE_BYTES`] at a
-/// time); any other request (the engine works in 512-byte sectors, a device may want 4 KiB)
-/// goes through the buffered descriptor.
+/// One descriptor per member, whatever the mode. In direct mode it carries `O_DIRECT` (set
+/// with `fcntl` right after the open, so the exclusive claim, every request, the flush and
+/// the discard all use it): a request whose offset and length are multiples of the device's
+/// direct-I/O alignment goes direct, from/to the caller's buffers when their addresses and
+/// lengths are aligned too, else through an aligned bounce buffer ([`BOUNCE_BYTES`] at a
+/// time). Any other request is widened to whole aligned blocks through a bounce buffer: a
+/// read reads the blocks and copies its bytes out; a write reads the blocks, changes its
+/// bytes and writes the blocks back, under the member's `read_modify_write` lock. That lock
+/// serialises such writes with each other; an aligned write never shares a block with one
+/// unless the two overlap, and the engine never has overlapping writes in flight (data
+/// under its stripe locks, each metadata area written by one writer at a time). With the
+/// 512-byte logical blocks of most devices nothing needs widening: the engine's unit is the
+/// 512-byte sector; 4 KiB-sector devices widen the sub-4 KiB metadata writes.
 ///
-/// Mixing the two is coherent on Linux because both descriptors share the inode's page
-/// cache, and the kernel keeps direct I/O consistent with it: a direct write first writes
-/// back and then invalidates the cached pages of its range (and invalidates again after the
-/// write), a direct read first writes back dirty cached pages of its range. So a buffered
-/// write followed by a direct read, or a direct write followed by a buffered read, sees the
-/// new data. What the kernel does not order is requests in flight at the same time on the
-/// same range; the engine does not issue those for data: writes, degraded reads and
-/// resync/recovery/check of a stripe run under its stripe lock. (A healthy read racing a
-/// client's write to the same range may see old or new data, as on any disk; a page such a
-/// read caches during a direct write is dropped by the kernel's second invalidation when the
-/// write completes.) Superblock and bitmap writes sit in their own areas, apart from data.
+/// The earlier design kept a second, buffered descriptor for unaligned requests. Mixing the
+/// page cache and direct I/O on one inode is coherent only as long as no buffered and
+/// direct write of one page are in flight together (else the kernel logs "Page cache
+/// invalidation failure on direct I/O" and a stale page may later overwrite the direct
+/// write); one descriptor leaves nothing to reason about.
 ///
-/// Residual risk: the kernel cannot invalidate a cached page (or large folio) that a
-/// buffered write is dirtying at that very moment. That needs a buffered write and a direct
-/// write in flight together on the same page: a neighbouring block when the device's block
-/// is smaller than the page or folio, concurrent writes to one metadata area through
-/// different paths, or another process writing or mmapping the member. The kernel then logs
-/// "Page cache invalidation failure on direct I/O"; the stale page may be read back later,
-/// and if it is dirty its writeback overwrites the direct write on the device. `--io
-/// buffered` (or `Auto` on files) never mixes the paths.
+/// Should the kernel refuse with EINVAL a direct request that the reported alignment
+/// allows (the alignment check is made before any byte moves), the member turns `O_DIRECT`
+/// off on its descriptor for good, counts it (`IoStats::einval_fallbacks`) and redoes the
+/// request buffered: from then on it is a buffered member.
 pub struct FileMember {
     path: PathBuf,
     label: String,
     /// What the kernel calls this device, whatever path named it.
     identity: crate::ownership::DeviceIdentity,
-    /// Buffered descriptor: unaligned requests, flush, discard. Holds the exclusive lock
-    /// when writable.
+    /// The one descriptor: `O_DIRECT` while `direct_on`. Holds the exclusive lock when
+    /// writable.
     file: File,
-    /// `O_DIRECT` descriptor when direct I/O is in use.
-    direct: Option<DirectFd>,
+    /// The device's direct-I/O alignment, when direct I/O was set up.
+    direct: Option<DirectAlign>,
+    /// `O_DIRECT` is on (cleared for good by an EINVAL demotion).
+    direct_on: std::sync::atomic::AtomicBool,
+    /// Serialises widened (read-modify-write) writes, see the type's documentation.
+    read_modify_write: Mutex<()>,
     /// Asked at open, and again by [`Member::refresh_size`].
     size: std::sync::atomic::AtomicU64,
     writable: bool,
@@ -368,9 +375,9 @@ impl FileMember {
         let direct = match mode {
             IoMode::Buffered => None,
             IoMode::Auto if !is_block => None,
-            IoMode::Auto => open_direct(path, writable, is_block, size).ok(),
+            IoMode::Auto => turn_direct_on(&file, is_block, size).ok(),
             IoMode::Direct => Some(
-                open_direct(path, writable, is_block, size)
+                turn_direct_on(&file, is_block, size)
                     .map_err(|e| io::Error::new(e.kind(), format!("{}: direct I/O (O_DIRECT) refused: {e}", path.display())))?,
             ),
         };
@@ -379,7 +386,9 @@ impl FileMember {
             path: path.to_path_buf(),
             identity,
             file,
+            direct_on: direct.is_some().into(),
             direct,
+            read_modify_write: Mutex::new(()),
             size: size.into(),
             writable,
             counters: Counters::default(),
@@ -392,7 +401,7 @@ impl FileMember {
 
     /// The mode in effect: `Direct` or `Buffered` (never `Auto`).
     pub fn io_mode(&self) -> IoMode {
-        if self.direct.is_some() {
+        if self.direct_align().is_some() {
             IoMode::Direct
         } else {
             IoMode::Buffered
@@ -401,7 +410,12 @@ impl FileMember {
 
     /// In direct mode, (offset/length alignment, buffer address alignment) in bytes.
     pub fn direct_alignment(&self) -> Option<(usize, usize)> {
-        self.direct.as_ref().map(|d| (d.offset_align, d.mem_align))
+        self.direct_align().map(|d| (d.offset_align, d.mem_align))
+    }
+
+    /// The alignment to respect while direct I/O is on.
+    fn direct_align(&self) -> Option<DirectAlign> {
+        self.direct.filter(|_| self.direct_on.load(Ordering::Acquire))
     }
 
     /// Which path requests took so far.
@@ -411,15 +425,10 @@ impl FileMember {
             direct: c.direct.load(Ordering::Relaxed),
             bounced: c.bounced.load(Ordering::Relaxed),
             buffered: c.buffered.load(Ordering::Relaxed),
+            widened: c.widened.load(Ordering::Relaxed),
             einval_fallbacks: c.einval_fallbacks.load(Ordering::Relaxed),
             uring: c.uring.load(Ordering::Relaxed),
         }
-    }
-
-    /// The direct descriptor if a request of `len` bytes at `offset` may use it.
-    fn direct_for(&self, offset: u64, len: usize) -> Option<&DirectFd> {
-        let d = self.direct.as_ref()?;
-        (len > 0 && offset.is_multiple_of(d.offset_align as u64) && len.is_multiple_of(d.offset_align)).then_some(d)
     }
 
     fn check_writable(&self) -> io::Result<()> {
@@ -433,10 +442,18 @@ impl FileMember {
     fn read_bufs(&self, bufs: &mut [&mut [u8]], offset: u64) -> io::Result<()> {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         check_range(self, offset, total)?;
-        let direct = self.direct_for(offset, total).map(|d| (d, bufs.iter().all(|b| d.fits(b))));
-        self.route(direct, |route| match route {
-            Route::Plain(file) => preadv_all(file, bufs, offset, &self.label),
-            Route::Bounce(d) => bounce_read(d, bufs, offset, &self.label),
+        let fits = self.direct_align().is_some_and(|d| bufs.iter().all(|b| d.fits(b)));
+        self.route(offset, total, fits, |route| match route {
+            Route::Plain => preadv_all(&self.file, bufs, offset, &self.label),
+            Route::Bounce(d) => bounce_read(&self.file, d, bufs, offset, &self.label),
+            Route::Widen(d) => {
+                let (lo, len) = widen(d, offset, total);
+                let mut bounce = Bounce::take(d.bounce_align(), len);
+                let blocks = &mut bounce.buf()[..len];
+                preadv_all(&self.file, &mut [&mut *blocks], offset - lo as u64, &self.label)?;
+                scatter(&blocks[lo..lo + total], bufs);
+                Ok(())
+            }
         })
     }
 
@@ -444,57 +461,123 @@ impl FileMember {
         self.check_writable()?;
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         check_range(self, offset, total)?;
-        let direct = self.direct_for(offset, total).map(|d| (d, bufs.iter().all(|b| d.fits(b))));
-        self.route(direct, |route| match route {
-            Route::Plain(file) => pwritev_all(file, bufs, offset, &self.label),
-            Route::Bounce(d) => bounce_write(d, bufs, offset, &self.label),
+        let fits = self.direct_align().is_some_and(|d| bufs.iter().all(|b| d.fits(b)));
+        self.route(offset, total, fits, |route| match route {
+            Route::Plain => pwritev_all(&self.file, bufs, offset, &self.label),
+            Route::Bounce(d) => bounce_write(&self.file, d, bufs, offset, &self.label),
+            Route::Widen(d) => {
+                let (lo, len) = widen(d, offset, total);
+                let start = offset - lo as u64;
+                let mut bounce = Bounce::take(d.bounce_align(), len);
+                let blocks = &mut bounce.buf()[..len];
+                let _turn = self.read_modify_write.lock().unwrap_or_else(|e| e.into_inner());
+                preadv_all(&self.file, &mut [&mut *blocks], start, &self.label)?;
+                gather(bufs, &mut blocks[lo..lo + total]);
+                pwritev_all(&self.file, &[&*blocks], start, &self.label)
+            }
         })
     }
 
-    /// Runs `op` on the path a request takes: given `Some((direct fd, buffers fit))` the
-    /// direct descriptor itself or a bounce through it, else (or when the kernel refuses the
-    /// direct request with EINVAL) the buffered descriptor. EINVAL is the alignment check,
-    /// made before any byte moves, so doing the whole request again buffered is safe.
-    fn route(&self, direct: Option<(&DirectFd, bool)>, mut op: impl FnMut(Route<'_>) -> io::Result<()>) -> io::Result<()> {
-        if let Some((d, fits)) = direct {
-            let result = if fits {
-                bump(&self.counters.direct);
-                op(Route::Plain(&d.file))
+    /// Runs `op` on the path a request of `total` bytes at `offset` takes (see the type's
+    /// documentation); `fits`: its buffers may go to the kernel as they are. A direct request the kernel refuses with EINVAL (the alignment check,
+    /// made before any byte moves) turns direct I/O off for good and is done again buffered.
+    fn route(&self, offset: u64, total: usize, fits: bool, mut op: impl FnMut(Route) -> io::Result<()>) -> io::Result<()> {
+        if let Some(d) = self.direct_align() {
+            let aligned = total > 0 && offset.is_multiple_of(d.offset_align as u64) && total.is_multiple_of(d.offset_align);
+            let (route, counter) = if !aligned {
+                (Route::Widen(d), &self.counters.widened)
+            } else if fits {
+                (Route::Plain, &self.counters.direct)
             } else {
-                bump(&self.counters.bounced);
-                op(Route::Bounce(d))
+                (Route::Bounce(d), &self.counters.bounced)
             };
-            match result {
-                Err(e) if e.raw_os_error() == Some(EINVAL) => bump(&self.counters.einval_fallbacks),
+            bump(counter);
+            match op(route) {
+                Err(e) if e.raw_os_error() == Some(EINVAL) => {
+                    bump(&self.counters.einval_fallbacks);
+                    self.demote_to_buffered()?;
+                }
                 done => return done,
             }
         }
         bump(&self.counters.buffered);
-        op(Route::Plain(&self.file))
+        op(Route::Plain)
+    }
+
+    /// Turns `O_DIRECT` off on the descriptor for good (see the type's documentation).
+    fn demote_to_buffered(&self) -> io::Result<()> {
+        let _turn = self.read_modify_write.lock().unwrap_or_else(|e| e.into_inner());
+        if self.direct_on.swap(false, Ordering::AcqRel) {
+            rustix::fs::fcntl_setfl(&self.file, rustix::fs::fcntl_getfl(&self.file)? - rustix::fs::OFlags::DIRECT)?;
+        }
+        Ok(())
     }
 }
 
-/// Where a request goes: a descriptor used as it is, or a bounce through the direct one.
-enum Route<'a> {
-    Plain(&'a File),
-    Bounce(&'a DirectFd),
+/// Where a request goes on the member's descriptor.
+enum Route {
+    /// The caller's buffers as they are (direct, or buffered when direct I/O is off).
+    Plain,
+    /// Direct, through an aligned bounce buffer (offset and length aligned, memory not).
+    Bounce(DirectAlign),
+    /// Direct, widened to whole aligned blocks (offset or length not aligned).
+    Widen(DirectAlign),
+}
+
+/// The whole aligned blocks covering `total` bytes at `offset`: (the request's distance
+/// from the first block's start, the blocks' length in bytes).
+fn widen(d: DirectAlign, offset: u64, total: usize) -> (usize, usize) {
+    let lo = (offset % d.offset_align as u64) as usize;
+    (lo, (lo + total).div_ceil(d.offset_align) * d.offset_align)
+}
+
+/// Copies `from` into the buffers in order.
+fn scatter(from: &[u8], bufs: &mut [&mut [u8]]) {
+    let mut at = 0;
+    for b in bufs.iter_mut() {
+        b.copy_from_slice(&from[at..at + b.len()]);
+        at += b.len();
+    }
+}
+
+/// Copies the buffers in order into `to`.
+fn gather(bufs: &[&[u8]], to: &mut [u8]) {
+    let mut at = 0;
+    for b in bufs {
+        to[at..at + b.len()].copy_from_slice(b);
+        at += b.len();
+    }
 }
 
 const EINVAL: i32 = rustix::io::Errno::INVAL.raw_os_error();
 
-/// Opens the `O_DIRECT` descriptor, learns the device's alignment and proves direct I/O
-/// works with one aligned read at offset 0 (some file systems accept the flag at open and
-/// refuse the I/O).
-fn open_direct(path: &Path, writable: bool, is_block: bool, size: u64) -> io::Result<DirectFd> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = OpenOptions::new().read(true).write(writable).custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32).open(path)?;
-    let (offset_align, mem_align) = dio_alignment(&file, is_block)?;
-    let d = DirectFd { file, offset_align, mem_align };
-    if size >= offset_align as u64 {
-        let mut probe = AlignedBuf::zeroed(offset_align, d.bounce_align());
-        d.file.read_exact_at(&mut probe, 0)?;
+/// Sets `O_DIRECT` on the member's descriptor, learns the device's alignment and proves
+/// direct I/O works with one aligned read at offset 0 (some file systems accept the flag and
+/// refuse the I/O). On any failure the flag is off again.
+fn turn_direct_on(file: &File, is_block: bool, size: u64) -> io::Result<DirectAlign> {
+    use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
+    let flags = fcntl_getfl(file)?;
+    fcntl_setfl(file, flags | OFlags::DIRECT)?;
+    let proven = (|| {
+        let (offset_align, mem_align) = dio_alignment(file, is_block)?;
+        let d = DirectAlign { offset_align, mem_align };
+        if !size.is_multiple_of(offset_align as u64) {
+            // Widened requests at the end would reach past it.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("its size ({size} bytes) is not a multiple of the direct I/O alignment ({offset_align})"),
+            ));
+        }
+        if size >= offset_align as u64 {
+            let mut probe = AlignedBuf::zeroed(offset_align, d.bounce_align());
+            file.read_exact_at(&mut probe, 0)?;
+        }
+        Ok(d)
+    })();
+    if proven.is_err() {
+        fcntl_setfl(file, flags)?;
     }
-    Ok(d)
+    proven
 }
 
 /// (offset/length alignment, memory alignment) for direct I/O on `direct`.
@@ -607,7 +690,7 @@ impl Cursor {
 /// Runs `step(staged, at)` over a direct request of `total` bytes (a multiple of the
 /// alignment), one aligned bounce buffer's worth at a time: `staged` is the chunk of the
 /// buffer for bytes `at..at + staged.len()` of the request.
-fn through_bounce(d: &DirectFd, total: usize, mut step: impl FnMut(&mut [u8], u64) -> io::Result<()>) -> io::Result<()> {
+fn through_bounce(d: DirectAlign, total: usize, mut step: impl FnMut(&mut [u8], u64) -> io::Result<()>) -> io::Result<()> {
     let mut bounce = Bounce::take(d.bounce_align(), total);
     let chunk = bounce.buf().len();
     let mut done = 0;
@@ -620,11 +703,11 @@ fn through_bounce(d: &DirectFd, total: usize, mut step: impl FnMut(&mut [u8], u6
 }
 
 /// Direct read of `bufs` (total aligned) through a bounce buffer.
-fn bounce_read(d: &DirectFd, bufs: &mut [&mut [u8]], offset: u64, label: &str) -> io::Result<()> {
+fn bounce_read(file: &File, d: DirectAlign, bufs: &mut [&mut [u8]], offset: u64, label: &str) -> io::Result<()> {
     let total: usize = bufs.iter().map(|b| b.len()).sum();
     let mut cur = Cursor::default();
     through_bounce(d, total, |staged, at| {
-        preadv_all(&d.file, &mut [&mut *staged], offset + at, label)?;
+        preadv_all(file, &mut [&mut *staged], offset + at, label)?;
         for (i, r, s) in cur.pieces(|i| bufs[i].len(), staged.len()) {
             bufs[i][r].copy_from_slice(&staged[s]);
         }
@@ -633,14 +716,14 @@ fn bounce_read(d: &DirectFd, bufs: &mut [&mut [u8]], offset: u64, label: &str) -
 }
 
 /// Direct write of `bufs` (total aligned) through a bounce buffer.
-fn bounce_write(d: &DirectFd, bufs: &[&[u8]], offset: u64, label: &str) -> io::Result<()> {
+fn bounce_write(file: &File, d: DirectAlign, bufs: &[&[u8]], offset: u64, label: &str) -> io::Result<()> {
     let total: usize = bufs.iter().map(|b| b.len()).sum();
     let mut cur = Cursor::default();
     through_bounce(d, total, |staged, at| {
         for (i, r, s) in cur.pieces(|i| bufs[i].len(), staged.len()) {
             staged[s].copy_from_slice(&bufs[i][r]);
         }
-        pwritev_all(&d.file, &[staged], offset + at, label)
+        pwritev_all(file, &[staged], offset + at, label)
     })
 }
 
@@ -722,8 +805,8 @@ impl Member for FileMember {
         self.write_bufs(bufs, offset)
     }
     fn direct_io(&self) -> Option<DirectIo<'_>> {
-        self.direct.as_ref().map(|d| DirectIo {
-            fd: d.file.as_fd(),
+        self.direct_align().map(|d| DirectIo {
+            fd: self.file.as_fd(),
             offset_align: d.offset_align,
             mem_align: d.mem_align,
             writable: self.writable,
@@ -736,7 +819,7 @@ impl Member for FileMember {
         if self.file.metadata()?.is_file() {
             use rustix::fs::{fallocate, FallocateFlags};
             // A punched hole reads as zeros and frees the space; KEEP_SIZE keeps the member's
-            // size. It also drops the range from the page cache, which both descriptors share.
+            // size (and drops the range from the page cache, if any of it is cached).
             if fallocate(&self.file, FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE, offset, len).is_ok() {
                 return Ok(());
             }
@@ -746,9 +829,8 @@ impl Member for FileMember {
         write_zeros(self, offset, len)
     }
     fn flush(&self) -> io::Result<()> {
-        // One fdatasync covers the inode, whichever descriptor wrote: it writes back the
-        // page cache (buffered writes) and makes the device flush its volatile write cache,
-        // which direct writes may still sit in once they have completed.
+        // fdatasync writes back the page cache (buffered mode) and makes the device flush its
+        // volatile write cache, which direct writes may still sit in once they completed.
         if self.writable {
             self.file.sync_data()
         } else {
@@ -860,13 +942,12 @@ mod tests {
         std::fs::write(&p, vec![0u8; 1 << 20]).unwrap();
         let m = FileMember::open_with(&p, true, IoMode::Direct).unwrap();
         assert_eq!(m.io_mode(), IoMode::Direct);
-        let d = m.direct.as_ref().expect("direct descriptor");
-        assert!(fcntl_getfl(&d.file).unwrap().contains(OFlags::DIRECT));
-        assert!(!fcntl_getfl(&m.file).unwrap().contains(OFlags::DIRECT));
+        assert!(fcntl_getfl(&m.file).unwrap().contains(OFlags::DIRECT), "the one descriptor carries O_DIRECT");
+        let d = m.direct_align().expect("direct alignment");
         let (oa, _) = m.direct_alignment().unwrap();
         eprintln!("direct I/O alignment on /tmp: {:?}", m.direct_alignment());
 
-        // Aligned offset, length and memory: straight through the direct descriptor.
+        // Aligned offset, length and memory: straight through.
         let mut aligned = AlignedBuf::zeroed(2 * oa, d.bounce_align());
         aligned.fill(0xA5);
         m.write_at(&aligned, oa as u64).unwrap();
@@ -878,15 +959,22 @@ mod tests {
         m.read_at(&mut back[1..], 4 * oa as u64).unwrap();
         assert_eq!(back[1..], v[1..]);
         assert_eq!(m.io_stats(), IoStats { direct: 1, bounced: 2, ..IoStats::default() });
-        // Unaligned offset: the page cache.
+        // Unaligned offset: widened to the block, read-modify-write, still direct.
         m.write_at(&[1, 2, 3], 7).unwrap();
-        assert_eq!(m.io_stats().buffered, 1);
+        // Across a block boundary, unaligned at both ends.
+        m.write_at(&[9u8; 10], oa as u64 - 4).unwrap();
+        let mut across = [0u8; 12];
+        m.read_at(&mut across, oa as u64 - 5).unwrap();
+        assert_eq!(across, [0, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 0xA5]);
+        assert_eq!(m.io_stats().widened, 3);
+        assert_eq!(m.io_stats().buffered, 0);
         // Each path sees what the others wrote.
         let mut all = AlignedBuf::zeroed(8 * oa, d.bounce_align());
         m.read_at(&mut all, 0).unwrap();
         assert_eq!(m.io_stats().direct, 2);
         assert_eq!(all[7..10], [1, 2, 3]);
-        assert!(all[oa..3 * oa].iter().all(|&b| b == 0xA5));
+        assert!(all[0..7].iter().chain(&all[10..oa - 4]).all(|&b| b == 0), "bytes around a widened write keep their value");
+        assert!(all[oa + 6..3 * oa].iter().all(|&b| b == 0xA5));
         assert!(all[4 * oa..6 * oa].iter().all(|&b| b == 0x5A));
         m.flush().unwrap();
         assert_eq!(std::fs::read(&p).unwrap()[..8 * oa], all[..]);
@@ -905,6 +993,12 @@ mod tests {
         std::fs::write(&f, vec![0u8; 8192]).unwrap();
         assert_eq!(FileMember::open(&f, true).unwrap().io_mode(), IoMode::Buffered);
         assert_eq!(FileMember::open_with(&f, true, IoMode::Buffered).unwrap().direct_alignment(), None);
+        // A size no whole number of direct blocks: widened requests at its end would reach
+        // past it, so direct mode is refused (and `Auto` would keep it buffered).
+        let odd = dir.path().join("odd.img");
+        std::fs::write(&odd, vec![0u8; 8192 + 100]).unwrap();
+        let e = FileMember::open_with(&odd, true, IoMode::Direct).err().expect("odd size refused");
+        assert!(e.to_string().contains("not a multiple of the direct I/O alignment"), "{e}");
         assert_eq!("direct".parse::<IoMode>(), Ok(IoMode::Direct));
         assert!("fast".parse::<IoMode>().is_err());
     }
