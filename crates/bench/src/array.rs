@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 use uraid_core::geometry::Level;
-use uraid_engine::array::JobKind;
+use uraid_engine::array::{DriverOptions, JobDriver, JobKind};
 use uraid_engine::{Array, FileMember, Member};
 
 #[derive(Clone, Debug)]
@@ -278,8 +278,9 @@ fn time_recovery(a: &Array, survivors: &[PathBuf], spare: &Path, member_bytes: u
     let member: Arc<dyn Member> = Arc::new(FileMember::open(spare, true).map_err(|e| e.to_string())?);
     a.add_device(member, [0x55; 16]).map_err(|e| e.to_string())?;
     let t = Instant::now();
+    let mut driver = JobDriver::new(a, DriverOptions { step_sectors: 8 << 11, limits: None, clean_after_idle: None });
     while a.pending_job() == Some(JobKind::Recovery) {
-        a.recovery_step(8 << 11).map_err(|e| e.to_string())?;
+        driver.run(JobKind::Recovery, &|| false, |_| {}).map_err(|e| e.to_string())?;
     }
     let secs = t.elapsed().as_secs_f64();
     let survivor_bytes = sync_bytes * survivors.len() as u64;

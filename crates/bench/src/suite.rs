@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uraid_core::geometry::Level;
 use uraid_core::state::SpeedLimits;
-use uraid_engine::array::{JobKind, JobPacer};
+use uraid_engine::array::{DriverOptions, JobDriver, JobKind};
 use uraid_engine::{FileMember, Member};
 use uraid_parity::testdata::Prng;
 
@@ -694,14 +694,12 @@ fn rebuild(r: &mut Runner, built: &Built, region: u64, degraded_state: &str) -> 
             }
             let start = Instant::now();
             let res = (|| {
-                // Paced as `uraid serve` paces it: foreground requests first.
-                let mut pacer = JobPacer::new(a, cfg.rebuild_speed, cfg.rebuild_step_sectors);
-                let mut pos = 0;
+                // Driven and paced as `uraid serve` drives it: foreground requests first.
+                let opts =
+                    DriverOptions { step_sectors: cfg.rebuild_step_sectors, limits: Some(cfg.rebuild_speed), clean_after_idle: None };
+                let mut driver = JobDriver::new(a, opts);
                 while a.pending_job() == Some(JobKind::Recovery) {
-                    let step = pacer.next_step(a);
-                    let done = a.recovery_step(step).map_err(|e| e.to_string())?.done_sectors;
-                    pacer.pause(done.saturating_sub(pos));
-                    pos = done;
+                    driver.run(JobKind::Recovery, &|| false, |_| {}).map_err(|e| e.to_string())?;
                 }
                 Ok(())
             })();

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use uraid_core::assemble::AssembleOptions;
 use uraid_core::metadata::grow::GrowRequest;
 use uraid_core::state::SpeedLimits;
-use uraid_engine::array::{CheckReport, JobKind, JobPacer};
+use uraid_engine::array::{CheckReport, DriverOptions, JobDriver, JobKind, JobPacer};
 use uraid_engine::reshape::ReshapingArray;
 use uraid_engine::{Array, ArrayOptions, DeviceState, FileMember, LiveArray, Member, Stage, Volume};
 
@@ -552,14 +552,12 @@ impl Served {
             let array = self.array();
             self.log_new_failures(&array, &mut reported);
             let requested = self.job.lock().map(|mut j| j.requested_check.take()).unwrap_or(None);
-            let kind = match requested {
-                Some(repair) => Some(if repair { JobKind::Repair } else { JobKind::Check }),
-                None => array.pending_job(),
-            };
-            let Some(kind) = kind else {
-                if array.dirty_and_idle(Duration::from_millis(200)) {
-                    let _ = array.mark_clean();
-                }
+            let limits = SpeedLimits { min_kib_s: self.args.speed_min, max_kib_s: self.args.speed_max };
+            // md's safe mode: clean 200 ms after the last write, between steps too.
+            let opts = DriverOptions { step_sectors: step, limits: Some(limits), clean_after_idle: Some(Duration::from_millis(200)) };
+            let mut driver = JobDriver::new(&array, opts);
+            let Some(kind) = driver.next_job(requested.map(|repair| if repair { JobKind::Repair } else { JobKind::Check })) else {
+                driver.clean_if_idle();
                 if last_re_add_try.elapsed() >= Duration::from_secs(1) {
                     self.re_add_returned_members();
                     last_re_add_try = Instant::now();
@@ -569,47 +567,20 @@ impl Served {
             };
             let total = array.sync_sectors();
             let start = Instant::now();
-            let mut report = CheckReport::default();
-            let mut pos = match kind {
-                JobKind::Resync => array.resync_position().min(total),
-                _ => 0,
-            };
-            let pos0 = pos;
-            self.set_running(Some((Some(kind), pos, total, start, pos0)));
-            let mut finished = false;
-            let limits = SpeedLimits { min_kib_s: self.args.speed_min, max_kib_s: self.args.speed_max };
-            let mut pacer = JobPacer::new(&array, limits, step);
-            while !self.stop.load(Ordering::Acquire) {
-                let step = pacer.next_step(&array);
-                let before = pos;
-                let r = match kind {
-                    JobKind::Resync => array.resync_step(step),
-                    JobKind::Recovery => array.recovery_step(step),
-                    JobKind::Check => array.check_step(pos, step, false, &mut report),
-                    JobKind::Repair => array.check_step(pos, step, true, &mut report),
-                };
-                let p = match r {
-                    Ok(p) => p,
-                    Err(e) => {
-                        eprintln!("uraid: {} stopped: {e}", kind.name());
-                        break;
-                    }
-                };
-                pos = p.done_sectors;
-                // md's safe mode runs during a rebuild too: user writes that stopped leave
-                // the array active only for the idle delay, not until the rebuild ends.
-                if array.dirty_and_idle(Duration::from_millis(200)) {
-                    let _ = array.mark_clean();
-                }
+            let pos0 = if kind == JobKind::Resync { array.resync_position().min(total) } else { 0 };
+            self.set_running(Some((Some(kind), pos0, total, start, pos0)));
+            let stop = || self.stop.load(Ordering::Acquire);
+            let outcome = driver.run(kind, &stop, |p| {
                 self.log_new_failures(&array, &mut reported);
-                self.set_running(Some((Some(kind), pos, total, start, pos0)));
-                if p.finished() || (matches!(kind, JobKind::Resync | JobKind::Recovery) && array.pending_job() != Some(kind)) {
-                    finished = true;
-                    break;
+                self.set_running(Some((Some(kind), p.done_sectors, total, start, pos0)));
+            });
+            let (finished, report) = match outcome {
+                Ok(o) => (o.finished, o.report),
+                Err(e) => {
+                    eprintln!("uraid: {} stopped: {e}", kind.name());
+                    (false, CheckReport::default())
                 }
-                // md's limits: speed_max when idle, speed_min while clients are busy.
-                pacer.pause(pos.saturating_sub(before));
-            }
+            };
             if matches!(kind, JobKind::Check | JobKind::Repair) {
                 let mut job = self.job.lock().unwrap_or_else(|e| e.into_inner());
                 let holders: Vec<(usize, String)> = self

@@ -1,11 +1,11 @@
 //! Small helpers shared by the commands: sizes, devices, randomness, progress.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use uraid_engine::array::{JobKind, JobProgress};
+use uraid_engine::array::{DriverOptions, JobDriver, JobKind, JobProgress};
 use uraid_engine::{Array, FileMember, IoMode, Member};
 
 /// Parses "4096", "64K", "512k", "1M", "2G", "1T" (binary units).
@@ -193,20 +193,12 @@ impl Progress {
 
 /// Runs the array's pending resync/recovery to completion (offline: nothing else runs).
 pub fn run_pending_jobs(array: &Array, quiet: bool) -> Result<()> {
+    let opts = DriverOptions { step_sectors: 8 << 11, limits: None, clean_after_idle: None };
+    let mut driver = JobDriver::new(array, opts);
     array.start_recovery_if_possible();
-    while let Some(kind) = array.pending_job() {
+    while let Some(kind @ (JobKind::Recovery | JobKind::Resync)) = array.pending_job() {
         let progress = Progress::new(kind.name(), array.sync_sectors(), quiet);
-        loop {
-            let p = match kind {
-                JobKind::Recovery => array.recovery_step(8 << 11)?,
-                JobKind::Resync => array.resync_step(8 << 11)?,
-                _ => bail!("unexpected job {kind:?}"),
-            };
-            progress.update(&p);
-            if p.finished() || array.pending_job() != Some(kind) {
-                break;
-            }
-        }
+        driver.run(kind, &|| false, |p| progress.update(p))?;
         let took = progress.finish();
         if !quiet {
             eprintln!("uraid: {} finished in {:.1} s", kind.name(), took.as_secs_f64());

@@ -6,7 +6,7 @@ use common::*;
 use uraid_core::geometry::Level;
 use uraid_core::metadata::create::InitialSync;
 use uraid_engine::array::{CheckReport, JobKind};
-use uraid_engine::Array;
+use uraid_engine::{Array, DeviceState};
 
 fn all_shapes() -> Vec<Shape> {
     let mut v = vec![
@@ -77,12 +77,42 @@ fn degraded_reads_and_writes_keep_data_for_every_tolerated_loss() {
 }
 
 fn run_recovery(a: &Array) {
-    let mut guard = 0;
-    while a.pending_job() == Some(JobKind::Recovery) {
-        a.recovery_step(1 << 12).expect("recovery step");
-        guard += 1;
-        assert!(guard < 100_000);
-    }
+    let opts = uraid_engine::array::DriverOptions { step_sectors: 1 << 12, limits: None, clean_after_idle: None };
+    uraid_engine::array::JobDriver::new(a, opts).run_pending(&|| false, |_| {}).expect("recovery");
+    assert_ne!(a.pending_job(), Some(JobKind::Recovery));
+}
+
+#[test]
+fn the_job_driver_stops_when_asked_resumes_and_finishes_a_rebuild() {
+    let made = make(&Shape::new(Level::Raid5, 4).spares(1));
+    let a = open(&[made.members.clone(), made.spares.clone()].concat(), false);
+    let mut model = vec![0u8; a.size_bytes() as usize];
+    random_writes(&a, &mut model, &mut Rng::new(11), 20);
+    a.fail_role(2).unwrap();
+    let opts = uraid_engine::array::DriverOptions { step_sectors: 256, limits: None, clean_after_idle: Some(std::time::Duration::ZERO) };
+    let mut driver = uraid_engine::array::JobDriver::new(&a, opts);
+    assert_eq!(driver.next_job(None), Some(JobKind::Recovery));
+    assert_eq!(driver.next_job(Some(JobKind::Check)), Some(JobKind::Check), "a check asked for comes first");
+    // Stopped after two steps: not finished, and it stopped where it was asked to.
+    // (A recovery step covers at least one recovery unit, so the step size is not 256.)
+    let (steps, last) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
+    let stopped = driver
+        .run(JobKind::Recovery, &|| steps.get() == 2, |p| {
+            steps.set(steps.get() + 1);
+            last.set(p.done_sectors);
+        })
+        .unwrap();
+    assert_eq!(steps.get(), 2);
+    assert!(!stopped.finished && stopped.done_sectors == last.get() && last.get() < a.sync_sectors(), "{stopped:?}");
+    assert!(a.devices().iter().any(|d| d.state == DeviceState::Recovering { role: 2, done: last.get() }));
+    // Safe mode between steps (idle delay 0): the writes above were marked clean.
+    assert!(!a.dirty_and_idle(std::time::Duration::ZERO));
+    // Resumed from the checkpoint, to the end.
+    let done = driver.run(JobKind::Recovery, &|| false, |_| {}).unwrap();
+    assert!(done.finished && done.done_sectors == a.sync_sectors(), "{done:?}");
+    assert_eq!(driver.next_job(None), None);
+    a.fail_role(0).unwrap();
+    assert!(read_all(&a) == model, "the rebuilt member holds the data");
 }
 
 #[test]

@@ -6,17 +6,8 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use uraid_core::geometry::Level;
-use uraid_engine::array::{CheckReport, ScrubAction, ScrubFinding};
+use uraid_engine::array::{ScrubAction, ScrubFinding};
 use uraid_engine::{Array, MemMember, Member};
-
-fn scrub(a: &Array, repair: bool) -> CheckReport {
-    let mut report = CheckReport::default();
-    let mut pos = 0;
-    while pos < a.sync_sectors() {
-        pos = a.check_step(pos, 1 << 20, repair, &mut report).expect("scrub").done_sectors;
-    }
-    report
-}
 
 fn data_offset(m: &MemMember) -> u64 {
     let mut raw = vec![0u8; 4096];

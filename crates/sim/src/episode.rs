@@ -25,7 +25,7 @@ use std::sync::Arc;
 use uraid_core::geometry::{Geometry, Level, Placement};
 use uraid_core::metadata::create::InitialSync;
 use uraid_core::metadata::{MetadataVersion, MAX_SECTOR};
-use uraid_engine::array::{CheckReport, JobKind};
+use uraid_engine::array::{CheckReport, DriverOptions, JobDriver, JobKind};
 use uraid_engine::{Array, ArrayOptions, AssemblyReport, DeviceState, EngineError, Member};
 
 const MIB: u64 = 1 << 20;
@@ -726,11 +726,12 @@ impl Sim {
             let Some(job) = a.pending_job() else { break };
             let max = self.rng.range(1, 4096);
             let faulty = self.faulty_count();
-            let result = match job {
-                JobKind::Recovery => a.recovery_step(max),
-                JobKind::Resync => a.resync_step(max),
-                other => return Err(format!("pending_job returned {other:?}, which is not a background job")),
-            };
+            if !matches!(job, JobKind::Recovery | JobKind::Resync) {
+                return Err(format!("pending_job returned {job:?}, which is not a background job"));
+            }
+            // The production driver's step, with the simulator choosing each step's size.
+            let driver = JobDriver::new(&a, DriverOptions { step_sectors: max, limits: None, clean_after_idle: None });
+            let result = driver.step(job, 0, max, &mut CheckReport::default());
             match result {
                 Ok(p) => {
                     if budget.is_some() {

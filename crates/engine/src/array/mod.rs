@@ -9,12 +9,14 @@
 
 mod bad_ranges;
 mod bitmap;
+mod driver;
 mod jobs;
 mod manage;
 mod recovery;
 mod safe_mode;
 mod striped;
 
+pub use driver::{DriverOptions, JobDriver, JobOutcome};
 pub use jobs::{CheckReport, JobKind, JobPacer, JobProgress, ScrubAction, ScrubFinding, MAX_FINDINGS};
 pub use manage::ReAdd;
 

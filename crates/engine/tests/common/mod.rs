@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use uraid_core::geometry::Level;
 use uraid_core::metadata::create::InitialSync;
-use uraid_engine::array::CheckReport;
+use uraid_engine::array::{CheckReport, DriverOptions, JobDriver, JobKind};
 use uraid_engine::create::{as_members, mem_devices, ArraySketch};
 use uraid_engine::{Array, ArrayOptions, MemMember, Member};
 
@@ -123,12 +123,20 @@ pub fn sector_writes(a: &Array, model: &mut [u8], rng: &mut Rng, count: usize, m
 
 /// Checks the whole array's redundancy without repairing it.
 pub fn check_clean(a: &Array) -> CheckReport {
-    let mut report = CheckReport::default();
-    let mut pos = 0;
-    while pos < a.sync_sectors() {
-        pos = a.check_step(pos, 1 << 20, false, &mut report).expect("check").done_sectors;
-    }
-    report
+    scrub(a, false)
+}
+
+/// A whole check (or repair) through the job driver; its report.
+pub fn scrub(a: &Array, repair: bool) -> CheckReport {
+    let kind = if repair { JobKind::Repair } else { JobKind::Check };
+    let outcome = driver(a).run(kind, &|| false, |_| {}).expect("scrub");
+    assert!(outcome.finished && outcome.done_sectors == a.sync_sectors(), "{outcome:?}");
+    outcome.report
+}
+
+/// The job driver as the offline commands use it: big steps, no pacing.
+pub fn driver(a: &Array) -> JobDriver<'_> {
+    JobDriver::new(a, DriverOptions { step_sectors: 1 << 20, limits: None, clean_after_idle: None })
 }
 
 /// Every write that reached a set of members, in the order it reached them: the members'
