@@ -33,7 +33,9 @@
 //!   nothing to repair on a whole array;
 //! - a member failed at a seeded tick (fail-stop or a latent sector error) costs no
 //!   acknowledged write: the degraded array reads back every block; a spare is rebuilt
-//!   concurrently with the writers, and once it is in, a whole-array check finds no mismatch.
+//!   concurrently with the writers, and once it is in, a whole-array check finds no mismatch;
+//! - with no spare, a blank device hot-added (`add_device`) while the clients run takes the
+//!   missing role, is rebuilt under them and is in sync at the end.
 
 use crate::build::{self, Spec};
 use crate::disk::SimDisk;
@@ -47,7 +49,7 @@ use std::time::{Duration, Instant};
 use uraid_core::geometry::Level;
 use uraid_core::metadata::create::InitialSync;
 use uraid_core::metadata::grow::GrowRequest;
-use uraid_engine::array::{CheckReport, JobKind};
+use uraid_engine::array::{CheckReport, DriverOptions, JobDriver, JobKind};
 use uraid_engine::reshape::ReshapingArray;
 use uraid_engine::{Array, ArrayOptions, Member};
 use uraid_engine::{LiveArray, Stage, Volume};
@@ -83,6 +85,9 @@ pub struct ConcurrentOutcome {
     pub member_failed: bool,
     /// A hot replace ran (and completed) during the episode.
     pub replaced: bool,
+    /// A blank device was hot-added to the degraded array while the clients ran, and
+    /// rebuilt (md's `mdadm --add`).
+    pub hot_added: bool,
     /// A few latent bad sectors were planted on a member that stays (md's fix_read_error).
     pub latent_sectors: bool,
     /// Read errors on that member that were rebuilt and rewritten.
@@ -375,6 +380,8 @@ struct Plan {
     fail: Option<(u64, usize, bool)>,
     /// Hot-replace role 0's member with the first spare while the clients run.
     replace: bool,
+    /// Once the failed member's role is missing, add a blank device while the clients run.
+    hot_add: bool,
     /// Check steps repair (md's `repair`) instead of only counting.
     repair: bool,
     /// Plant this many 4 KiB runs of latent bad sectors on this disk at this tick:
@@ -463,7 +470,10 @@ fn plan(seed: u64, limits: &ConcurrentLimits) -> Plan {
         1 if level == Level::Raid5 => GrowRequest { layout: Some((shape.layout.unwrap_or(2) + 1) % 4), ..Default::default() },
         _ => GrowRequest { chunk_sectors: Some(shape.chunk_kib * 4), ..Default::default() },
     });
-    Plan { shape, crash_at, fail, replace, repair, latent, unwritable, reshape, ops, blocks }
+    // Drawn after everything else, so every other decision stays what it was for each
+    // seed. A member failure with no spare to take its role: hot-add one under the clients.
+    let hot_add = fail.is_some() && shape.spares == 0 && reshape.is_none() && rng.chance(60);
+    Plan { shape, crash_at, fail, replace, hot_add, repair, latent, unwritable, reshape, ops, blocks }
 }
 
 /// The command that replays `seed`.
@@ -475,8 +485,8 @@ pub fn reproduce_concurrent(seed: u64) -> String {
 pub fn run_concurrent_seed(seed: u64, limits: &ConcurrentLimits) -> Result<ConcurrentOutcome, String> {
     let plan = plan(seed, limits);
     let describe = format!(
-        "{} crash_at={:?} fail={:?} replace={} repair={} latent={:?} unwritable={:?} reshape={:?}",
-        plan.shape, plan.crash_at, plan.fail, plan.replace, plan.repair, plan.latent, plan.unwritable, plan.reshape
+        "{} crash_at={:?} fail={:?} replace={} hot_add={} repair={} latent={:?} unwritable={:?} reshape={:?}",
+        plan.shape, plan.crash_at, plan.fail, plan.replace, plan.hot_add, plan.repair, plan.latent, plan.unwritable, plan.reshape
     );
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| episode(seed, limits, &plan)));
     let message = match result {
@@ -522,6 +532,11 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
         .collect();
     let mut opts = ArrayOptions { writable: true, recovery_lanes: 1, ..Default::default() };
     opts.assemble.run = true;
+    // The device a hot add brings: blank, gated like the members from the start.
+    let hot_disk: Option<Arc<dyn Member>> = plan.hot_add.then(|| {
+        let d = Arc::new(SimDisk::new(format!("d{}", disks.len()), spec.member_bytes, seed ^ 0x40_7add));
+        Arc::new(GatedDisk { disk: d, index: disks.len(), gate: gate.clone() }) as Arc<dyn Member>
+    });
     gate.open(); // assembly runs ungated, before any client
     let (array, _) = Array::assemble(gated, &opts).map_err(|e| format!("assembly: {e}"))?;
     gate.lock().open = false;
@@ -543,6 +558,7 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
     let errors: Arc<Mutex<Vec<String>>> = Arc::default();
     let checks = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let replacing = Arc::new(AtomicBool::new(false));
+    let hot_added = Arc::new(AtomicBool::new(false));
     // A fault was injected; the reshape was refused; the reshape is running.
     let (faulted, reshape_refused, reshaping) =
         (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
@@ -641,6 +657,7 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
                 (array.clone(), threads.clone(), crashed.clone(), clients_left.clone(), errors.clone(), started_tx.clone());
             let checks = checks.clone();
             let replacing = replacing.clone();
+            let (hot_disk, hot_added) = (hot_disk.clone(), hot_added.clone());
             let live = live.clone();
             let (faulted, reshape_refused, reshaping) = (faulted.clone(), reshape_refused.clone(), reshaping.clone());
             s.spawn(move || {
@@ -693,14 +710,32 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
                     // leaves. Refused (and harmless) if the array degraded first.
                     replacing.store(array.replace_with_spare("d0", &format!("d{}", plan.shape.disks)).is_ok(), Ordering::Release);
                 }
+                // The production driver's steps, interleaved with the clients' requests.
+                let driver = JobDriver::new(&array, DriverOptions { step_sectors: 32, limits: None, clean_after_idle: None });
                 while clients_left.load(Ordering::Acquire) > 0 && !crashed.load(Ordering::Acquire) {
+                    if let Some(dev) = hot_disk.as_ref().filter(|_| !hot_added.load(Ordering::Acquire)) {
+                        if !array.missing_roles().is_empty() && array.failure().is_none() {
+                            // md's `mdadm --add` of a blank device to the degraded array, with
+                            // the clients' requests in flight: it takes the missing role and
+                            // is rebuilt under them.
+                            match array.add_device(dev.clone(), [0x7a; 16]) {
+                                Ok(()) => hot_added.store(true, Ordering::Release),
+                                Err(e) => {
+                                    errors.lock().unwrap_or_else(|e| e.into_inner()).push(format!("hot add: {e}"));
+                                    return;
+                                }
+                            }
+                        }
+                    }
                     array.start_recovery_if_possible();
                     let r = match array.pending_job() {
-                        Some(JobKind::Recovery) => array.recovery_step(32).map(|_| ()),
-                        Some(JobKind::Resync) => array.resync_step(32).map(|_| ()),
+                        Some(kind @ (JobKind::Recovery | JobKind::Resync)) => {
+                            driver.step(kind, 0, 32, &mut CheckReport::default()).map(|_| ())
+                        }
                         _ if array.missing_roles().is_empty() && array.failure().is_none() => {
                             let mut report = CheckReport::default();
-                            let r = array.check_step(check_pos, 32, plan.repair, &mut report);
+                            let kind = if plan.repair { JobKind::Repair } else { JobKind::Check };
+                            let r = driver.step(kind, check_pos, 32, &mut report);
                             if let Ok(p) = &r {
                                 check_pos = if p.finished() { 0 } else { p.done_sectors };
                                 checks.fetch_add(1, Ordering::Relaxed);
@@ -845,6 +880,7 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
     outcome.max_in_flight = max_in_flight.load(Ordering::Acquire);
     outcome.checks = checks.load(Ordering::Acquire);
     outcome.replaced = replacing.load(Ordering::Acquire);
+    outcome.hot_added = hot_added.load(Ordering::Acquire);
     if let Some(e) = errors.lock().unwrap_or_else(|e| e.into_inner()).first() {
         return Err(e.clone());
     }
@@ -869,8 +905,9 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
         }
         let (array, report) = build::assemble(&disks, false).map_err(|e| format!("restart after the crash: {e}"))?;
         let report_needed = report.needs_resync;
+        let mut driver = JobDriver::new(&array, DriverOptions { step_sectors: 1024, limits: None, clean_after_idle: None });
         while array.pending_job() == Some(JobKind::Resync) {
-            array.resync_step(1024).map_err(|e| format!("resync after the crash: {e}"))?;
+            driver.run(JobKind::Resync, &|| false, |_| {}).map_err(|e| format!("resync after the crash: {e}"))?;
         }
         for b in 0..blocks {
             let mut got = vec![0u8; BLOCK];
@@ -912,10 +949,17 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
         }
     }
     // Finish any rebuild, then a whole array must check clean.
-    array.start_recovery_if_possible();
-    while let Some(kind @ (JobKind::Recovery | JobKind::Resync)) = array.pending_job() {
-        let r = if kind == JobKind::Recovery { array.recovery_step(1024) } else { array.resync_step(1024) };
-        r.map_err(|e| format!("{} at the end: {e}", kind.name()))?;
+    JobDriver::new(&array, DriverOptions { step_sectors: 1024, limits: None, clean_after_idle: None })
+        .run_pending(&|| false, |_| {})
+        .map_err(|e| format!("a rebuild or resync at the end: {e}"))?;
+    if outcome.hot_added {
+        // The added device took the failed member's role and was rebuilt (or it failed in
+        // turn, which only an injected fault on it could cause: none is).
+        let label = format!("d{}", disks.len());
+        let state = array.devices().into_iter().find(|d| d.label == label).map(|d| d.state);
+        if !matches!(state, Some(uraid_engine::DeviceState::InSync(_))) {
+            return Err(format!("the hot-added {label} is not in sync at the end ({state:?})"));
+        }
     }
     if replacing.load(Ordering::Acquire) {
         let d0 = array.devices().into_iter().find(|d| d.label == "d0").map(|d| d.state);

@@ -1,6 +1,6 @@
 //! 1000 concurrent episodes (8 clients, a cleaner and a job thread each; crashes, member
 //! failures, latent bad sectors healed from redundancy, sectors no write can fix listed in
-//! the bad-block log, rebuilds, hot replaces, checks and
+//! the bad-block log, rebuilds, hot replaces, hot adds, checks and
 //! repairs, reshapes crashed at any tick and continued or with a member failing or bad
 //! sectors appearing while they run, while requests are in flight), two
 //! episodes at a time.
@@ -10,12 +10,16 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use uraid_sim::{run_concurrent_seed, ConcurrentLimits};
 
+/// See the assertion: about half of the 48-50 these seeds gave when measured.
+const HOT_ADDS_AT_LEAST: u64 = 25;
+
 #[test]
 fn a_thousand_concurrent_seeds_hold_every_invariant() {
     let limits = ConcurrentLimits::default();
     let next = AtomicU64::new(0);
     let max_in_flight = AtomicUsize::new(0);
     let (crashes, member_failures, replaces) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let hot_adds = AtomicU64::new(0);
     let (latent, corrected) = (AtomicU64::new(0), AtomicU64::new(0));
     let (unwritable, listed) = (AtomicU64::new(0), AtomicU64::new(0));
     let (reshapes, reshapes_crashed) = (AtomicU64::new(0), AtomicU64::new(0));
@@ -37,6 +41,7 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
                         crashes.fetch_add(o.crashed as u64, Ordering::Relaxed);
                         member_failures.fetch_add(o.member_failed as u64, Ordering::Relaxed);
                         replaces.fetch_add(o.replaced as u64, Ordering::Relaxed);
+                        hot_adds.fetch_add(o.hot_added as u64, Ordering::Relaxed);
                         latent.fetch_add(o.latent_sectors as u64, Ordering::Relaxed);
                         corrected.fetch_add(o.read_errors_corrected, Ordering::Relaxed);
                         unwritable.fetch_add(o.unwritable_sectors as u64, Ordering::Relaxed);
@@ -61,12 +66,13 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
     let failures = failures.into_inner().unwrap();
     let max = max_in_flight.load(Ordering::Relaxed);
     eprintln!(
-        "concurrent: 1000 seeds, {} crashes, {} member failures, {} hot replaces, {} with latent sectors ({} read errors corrected), \
+        "concurrent: 1000 seeds, {} crashes, {} member failures, {} hot replaces, {} hot adds, {} with latent sectors ({} read errors corrected), \
          {} with unwritable sectors ({} ranges listed), {} reshapes ({} crashed; {} shrinks, {} crashed; {} with a member failing, {} with latent and {} with unwritable sectors appearing during the reshape); \
          max in flight: {max}",
         crashes.load(Ordering::Relaxed),
         member_failures.load(Ordering::Relaxed),
         replaces.load(Ordering::Relaxed),
+        hot_adds.load(Ordering::Relaxed),
         latent.load(Ordering::Relaxed),
         corrected.load(Ordering::Relaxed),
         unwritable.load(Ordering::Relaxed),
@@ -105,6 +111,9 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
         reshapes.load(Ordering::Relaxed) > 50 && reshapes_crashed.load(Ordering::Relaxed) > 20,
         "the seeds should reshape under load and crash during reshapes"
     );
+    // Blank devices added to degraded arrays under the clients and rebuilt there (the
+    // threshold about half of what these seeds gave when measured).
+    assert!(hot_adds.load(Ordering::Relaxed) >= HOT_ADDS_AT_LEAST, "the seeds should hot-add devices under load");
     // Shrinks among them (12 in these seeds when measured; the threshold about half).
     assert!(shrinks.load(Ordering::Relaxed) >= 6, "the seeds should remove members from arrays under load");
     // Faults during reshapes: a degraded reshape, reads healed and writes failing mid-way.

@@ -66,7 +66,12 @@ pub fn spare_superblock(
             sb.data_offset_sectors = data_offset;
             sb.data_size_sectors = usable;
             sb.recovery_offset_raw = 0;
-            sb.feature_map = FeatureMap(sb.feature_map.0 & !(FeatureMap::RECOVERY_OFFSET | FeatureMap::REPLACEMENT));
+            // The new device starts with nothing rebuilt and an empty bad-block list: the
+            // template's BAD_BLOCKS bit describes the template's own log (copied, it would
+            // point at a log area the new device never had written; the concurrent
+            // simulator's hot add found it, seed 960).
+            sb.feature_map =
+                FeatureMap(sb.feature_map.0 & !(FeatureMap::RECOVERY_OFFSET | FeatureMap::REPLACEMENT | FeatureMap::BAD_BLOCKS));
             sb.cnt_corrected_read = 0;
             let mut full = Superblock::V1(sb);
             full.set_device_role(dev_number, DeviceRole::Spare);
@@ -122,5 +127,18 @@ mod tests {
             spare_superblock(&template, MetadataVersion::V1_2, 1920, [2; 16], 8 << 20),
             Err(AddError::NoDeviceNumber(MetadataVersion::V1_2, 1920))
         );
+    }
+
+    #[test]
+    fn a_new_device_starts_with_an_empty_bad_block_list_whatever_the_template_lists() {
+        let new = NewDevice { size_bytes: 8 << 20, device_uuid: [1; 16] };
+        let req = CreateRequest::new(Level::Raid1, "t", vec![Some(new), Some(new)], [7; 16], MdTime(0));
+        let Superblock::V1(mut t) = plan_create(&req).expect("plan").devices[0].superblock.clone() else { panic!("v1") };
+        assert!(t.bblog_offset_sectors != 0, "the created member has a log area");
+        t.feature_map.0 |= FeatureMap::BAD_BLOCKS | FeatureMap::RECOVERY_OFFSET;
+        let made = spare_superblock(&Superblock::V1(t), MetadataVersion::V1_2, 2, [2; 16], 8 << 20).unwrap();
+        let Superblock::V1(sb) = made.superblock else { panic!("v1") };
+        assert!(!sb.feature_map.contains(FeatureMap::BAD_BLOCKS) && !sb.feature_map.contains(FeatureMap::RECOVERY_OFFSET));
+        assert!(sb.bblog_offset_sectors != 0, "it keeps a log area of its own, as md gives every member");
     }
 }
