@@ -3,8 +3,19 @@
 //! and waits while the cache is full, so memory stays bounded however many requests arrive.
 
 use std::sync::{Condvar, Mutex};
+use uraid_parity::buffer::AlignedBuf;
 
 pub const PAGE_BYTES: u64 = 4096;
+/// Alignment of stripe buffers: a page, the largest direct-I/O alignment in common use.
+pub const BUFFER_ALIGN: usize = 4096;
+
+/// A stripe buffer: page-aligned, so members with direct I/O take it as it is.
+pub type StripeBuf = AlignedBuf;
+
+/// A zeroed stripe buffer outside the cache's pool.
+pub fn stripe_buf(len: usize) -> StripeBuf {
+    AlignedBuf::zeroed(len, BUFFER_ALIGN)
+}
 /// md's default `stripe_cache_size`.
 pub const DEFAULT_STRIPE_CACHE_PAGES: u64 = 256;
 
@@ -13,7 +24,7 @@ pub struct StripeCache {
     used: Mutex<u64>,
     freed: Condvar,
     /// Buffers given back, for reuse: a reused buffer needs neither zeroing nor fresh pages.
-    spare_buffers: Mutex<Vec<Vec<u8>>>,
+    spare_buffers: Mutex<Vec<AlignedBuf>>,
 }
 
 pub struct Reservation<'a> {
@@ -37,17 +48,18 @@ impl StripeCache {
     }
 
     /// A buffer of `len` bytes with unspecified contents (every caller overwrites it whole):
-    /// a pooled one of that size if there is one, else a new zeroed one.
-    pub fn buffer(&self, len: usize) -> Vec<u8> {
+    /// a pooled one of that size if there is one, else a new zeroed one. Page-aligned, so a
+    /// member with direct I/O reads into it and writes from it as it is (no bounce).
+    pub fn buffer(&self, len: usize) -> AlignedBuf {
         let mut pool = self.spare_buffers.lock().unwrap_or_else(|e| e.into_inner());
         match pool.iter().position(|b| b.len() == len) {
             Some(i) => pool.swap_remove(i),
-            None => vec![0u8; len],
+            None => stripe_buf(len),
         }
     }
 
     /// Gives a buffer back for reuse; the pool keeps at most the cache's capacity.
-    pub fn recycle(&self, buf: Vec<u8>) {
+    pub fn recycle(&self, buf: AlignedBuf) {
         let mut pool = self.spare_buffers.lock().unwrap_or_else(|e| e.into_inner());
         let held: usize = pool.iter().map(|b| b.len()).sum();
         if (held + buf.len()) as u64 <= self.capacity_bytes.max(16 << 20) {

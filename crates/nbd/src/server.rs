@@ -19,6 +19,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use uraid_engine::{EngineError, Volume};
+use uraid_parity::buffer::AlignedBuf;
 
 /// One array offered to clients under a name.
 #[derive(Clone)]
@@ -468,12 +469,16 @@ impl Conn {
     }
 }
 
+/// Alignment of request data buffers: a page, the largest direct-I/O alignment in common use.
+const DATA_ALIGN: usize = 4096;
+
 /// One request handed to the workers.
 struct Job {
     cookie: u64,
     op: Validated,
-    /// WRITE data; empty otherwise.
-    data: Vec<u8>,
+    /// WRITE data (page-aligned, so members with direct I/O write it as it is); empty
+    /// otherwise.
+    data: AlignedBuf,
     /// Bytes taken from the budget, given back when the reply is out.
     budget: u64,
 }
@@ -543,10 +548,10 @@ fn read_requests(
         if !conn.budget.acquire(budget, stop, config.poll_interval) {
             return Err(Halt::Stopped);
         }
-        let mut data = Vec::new();
+        let mut data = AlignedBuf::zeroed(0, DATA_ALIGN);
         if let Validated::Write { length, .. } = op {
             // Bounded by validate_request (≤ MAX_PAYLOAD) and by the budget just taken.
-            data = vec![0u8; length as usize];
+            data = AlignedBuf::zeroed(length as usize, DATA_ALIGN);
             read_full(reader, &mut data, stop, None)?;
         }
         if tx.send(Job { cookie: req.cookie, op, data, budget }).is_err() {
@@ -576,12 +581,15 @@ fn execute(conn: &Conn, job: Job) {
     let flush_if = |fua: bool| if fua { array.flush() } else { Ok(()) };
     let result = match job.op {
         Validated::Read { offset, length } => {
-            // Header and data in one buffer so the reply is one write under the lock.
-            let mut buf = vec![0u8; protocol::SIMPLE_REPLY_LEN + length as usize];
-            match array.read(offset, &mut buf[protocol::SIMPLE_REPLY_LEN..]) {
+            // Header and data in one buffer so the reply is one write under the lock; the
+            // data starts on a page boundary (the header just before it), so members with
+            // direct I/O read into it as it is.
+            let mut buf = AlignedBuf::zeroed(DATA_ALIGN + length as usize, DATA_ALIGN);
+            let header_at = DATA_ALIGN - protocol::SIMPLE_REPLY_LEN;
+            match array.read(offset, &mut buf[DATA_ALIGN..]) {
                 Ok(()) => {
-                    buf[..protocol::SIMPLE_REPLY_LEN].copy_from_slice(&SimpleReply { error: 0, cookie: job.cookie }.encode());
-                    conn.send(&buf);
+                    buf[header_at..DATA_ALIGN].copy_from_slice(&SimpleReply { error: 0, cookie: job.cookie }.encode());
+                    conn.send(&buf[header_at..]);
                     return;
                 }
                 Err(e) => Err(e),

@@ -7,6 +7,7 @@
 
 use super::striped::compute_parity;
 use super::{Array, DeviceState, EngineError};
+use crate::stripe_cache::stripe_buf;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -332,8 +333,8 @@ impl Array {
                     return self.sync_degraded_raid6(&roles, pos, bufs, &missing, p_missing, q_missing, mode, report);
                 }
                 let h = bufs.p.len();
-                let mut p_new = vec![0u8; h];
-                let mut q_new = bufs.q.as_ref().map(|_| vec![0u8; h]);
+                let mut p_new = stripe_buf(h);
+                let mut q_new = bufs.q.as_ref().map(|_| stripe_buf(h));
                 compute_parity(&roles, &bufs.data, &mut p_new, q_new.as_deref_mut());
                 let mut rows_bad = Vec::new();
                 for row in (0..h).step_by(ROW_BYTES) {
@@ -422,8 +423,8 @@ impl Array {
                 return Err(super::Fault::Internal("degraded resync: parity shape").into());
             }
         }
-        let mut p_new = vec![0u8; h];
-        let mut q_new = vec![0u8; h];
+        let mut p_new = stripe_buf(h);
+        let mut q_new = stripe_buf(h);
         compute_parity(roles, &bufs.data, &mut p_new, Some(&mut q_new));
         // The surviving parity block that data (and P) determine.
         let (role, fresh, on_disk) = if q_missing { (roles.p, &p_new, &bufs.p) } else { (qr, &q_new, bufs.q.as_ref().unwrap_or(&bufs.p)) };

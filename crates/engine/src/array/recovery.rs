@@ -12,6 +12,7 @@
 
 use super::striped::{compute_parity_refs, Window};
 use super::{Array, EngineError, IoMap};
+use crate::stripe_cache::StripeBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use uraid_core::geometry::{Geometry, Level, MemberSector, SECTOR_BYTES};
@@ -192,7 +193,7 @@ impl Array {
     /// `unreadable`, known to have one) is rebuilt too and rewritten there; the caller holds
     /// the stripes' locks. None when too much is missing (a member that cannot be rebuilt
     /// around is failed, as md fails it).
-    fn parity_role_content(&self, role: usize, lo: u64, hi: u64, unreadable: Vec<usize>) -> Option<Vec<u8>> {
+    fn parity_role_content(&self, role: usize, lo: u64, hi: u64, unreadable: Vec<usize>) -> Option<StripeBuf> {
         let mut win = self.read_window_healing(lo, hi, self.lane_reads(), unreadable).ok()??;
         let content = win[role].take();
         self.recycle_window(win);
@@ -203,7 +204,7 @@ impl Array {
     /// or all but P where `role` is Q) and compute `role`'s block from them.
     /// A survivor's read error that leaves it serving puts its role in `unreadable` and
     /// returns None: the caller rebuilds through [`Self::parity_role_content`].
-    fn raid6_single_loss_content(&self, io: &IoMap, role: usize, lo: u64, hi: u64, unreadable: &mut Vec<usize>) -> Option<Vec<u8>> {
+    fn raid6_single_loss_content(&self, io: &IoMap, role: usize, lo: u64, hi: u64, unreadable: &mut Vec<usize>) -> Option<StripeBuf> {
         let p = self.geometry.as_parity()?;
         let chunk = p.chunk_sectors();
         let stripes: Vec<(u64, u64, uraid_core::geometry::StripeRoles)> = {
@@ -224,7 +225,7 @@ impl Array {
             (0..io.read.len())
                 .map(|member_role| {
                     let stripes = &stripes;
-                    let f: Box<dyn FnOnce() -> Option<Result<Vec<u8>, bool>> + Send> = Box::new(move || {
+                    let f: Box<dyn FnOnce() -> Option<Result<StripeBuf, bool>> + Send> = Box::new(move || {
                         if member_role == role {
                             return None;
                         }

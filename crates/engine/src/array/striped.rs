@@ -14,6 +14,7 @@
 
 use super::{Array, EngineError, IoMap, MemberReadFailure};
 use crate::parallel::{Bufs, MemberIo, Run};
+use crate::stripe_cache::{stripe_buf, StripeBuf};
 use uraid_core::geometry::{Location, MemberSector, Piece, Placement, StripeRoles, SECTOR_BYTES};
 use uraid_core::plan::parity::{self as plan, Compute};
 use uraid_core::plan::MemberRange;
@@ -30,7 +31,7 @@ struct BlockWrite<'a> {
 /// Bytes to write: the caller's data or a buffer computed here (parity, rebuilt blocks).
 pub(super) enum OutBytes<'a> {
     Borrowed(&'a [u8]),
-    Owned(Vec<u8>),
+    Owned(StripeBuf),
 }
 
 impl OutBytes<'_> {
@@ -68,13 +69,13 @@ impl From<EngineError> for SegmentError {
 
 /// A stripe's blocks over `lo..hi`, laid out for the parity crate.
 pub(super) struct StripeBuffers {
-    pub data: Vec<Vec<u8>>,
-    pub p: Vec<u8>,
-    pub q: Option<Vec<u8>>,
+    pub data: Vec<StripeBuf>,
+    pub p: StripeBuf,
+    pub q: Option<StripeBuf>,
 }
 
 /// P (and Q, in md's slot order) of `data` for the stripe described by `roles`.
-pub(super) fn compute_parity(roles: &StripeRoles, data: &[Vec<u8>], p: &mut [u8], q: Option<&mut [u8]>) {
+pub(super) fn compute_parity(roles: &StripeRoles, data: &[StripeBuf], p: &mut [u8], q: Option<&mut [u8]>) {
     let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
     compute_parity_refs(roles, &refs, p, q)
 }
@@ -182,13 +183,13 @@ pub(super) fn rebuild_slices(
 /// Every member's sectors `lo..hi` (which may span several stripes), by role; `None` for a
 /// missing member. Consecutive stripes are contiguous on each member, so one I/O per member
 /// covers a whole window.
-pub(super) type Window = Vec<Option<Vec<u8>>>;
+pub(super) type Window = Vec<Option<StripeBuf>>;
 
 /// How a batch of member operations runs: [`crate::parallel::run_all`] or [`crate::parallel::run_in_line`].
 pub(super) type RunAll<T> = for<'a> fn(Vec<(usize, Box<dyn FnOnce() -> T + Send + 'a>)>) -> Vec<T>;
 
 /// Queues a stripe's new data blocks and parity.
-fn push_stripe<'a>(outs: &mut Outs<'a>, roles: &StripeRoles, lo: u64, writes: &[BlockWrite<'a>], p: Vec<u8>, q: Option<Vec<u8>>) {
+fn push_stripe<'a>(outs: &mut Outs<'a>, roles: &StripeRoles, lo: u64, writes: &[BlockWrite<'a>], p: StripeBuf, q: Option<StripeBuf>) {
     for w in writes {
         outs.push((roles.data[w.data_index], w.sector, OutBytes::Borrowed(w.bytes)));
     }
@@ -209,13 +210,13 @@ impl Array {
         io: &IoMap,
         lo: u64,
         hi: u64,
-        run: RunAll<Option<Result<Vec<u8>, bool>>>,
+        run: RunAll<Option<Result<StripeBuf, bool>>>,
         rebuilding: &[usize],
     ) -> Result<Window, SegmentError> {
         let len = ((hi - lo) * SECTOR_BYTES) as usize;
         let results = run((0..io.read.len())
             .map(|role| {
-                let f: Box<dyn FnOnce() -> Option<Result<Vec<u8>, bool>> + Send> = Box::new(move || {
+                let f: Box<dyn FnOnce() -> Option<Result<StripeBuf, bool>> + Send> = Box::new(move || {
                     io.read[role].as_ref()?;
                     if rebuilding.contains(&role) {
                         return None;
@@ -367,7 +368,7 @@ impl Array {
         &self,
         lo: u64,
         hi: u64,
-        run: RunAll<Option<Result<Vec<u8>, bool>>>,
+        run: RunAll<Option<Result<StripeBuf, bool>>>,
         mut unreadable: Vec<usize>,
     ) -> Result<Option<Window>, EngineError> {
         // Each pass loses a member (failed, or unreadable here): at most one per role.
@@ -490,12 +491,12 @@ impl Array {
             all_roles
                 .iter()
                 .map(|&role| {
-                    let f: Box<dyn FnOnce() -> Option<Result<Vec<u8>, MemberReadFailure>> + Send> = Box::new(move || {
+                    let f: Box<dyn FnOnce() -> Option<Result<StripeBuf, MemberReadFailure>> + Send> = Box::new(move || {
                         io.read[role].as_ref()?;
                         if unreadable.contains(&role) {
                             return None;
                         }
-                        let mut b = vec![0u8; h];
+                        let mut b = stripe_buf(h);
                         Some(self.read_member_keeping(io, MemberSector { role, sector: lo }, &mut b, false).map(|_| b))
                     });
                     (h, f)
@@ -510,12 +511,12 @@ impl Array {
                 Some(Err(f)) => return Err(if f.kept { SegmentError::Unreadable(*role) } else { SegmentError::Retry }),
                 None => {
                     missing_roles.push(*role);
-                    blocks.push(vec![0u8; h]);
+                    blocks.push(stripe_buf(h));
                 }
             }
         }
-        let q = roles.q.map(|_| blocks.pop().unwrap_or_default());
-        let p = blocks.pop().unwrap_or_default();
+        let q = roles.q.map(|_| blocks.pop().unwrap_or_else(|| stripe_buf(h)));
+        let p = blocks.pop().unwrap_or_else(|| stripe_buf(h));
         let missing: Vec<usize> = (0..roles.data.len()).filter(|i| missing_roles.contains(&roles.data[*i])).collect();
         let p_missing = missing_roles.contains(&roles.p);
         let q_missing = roles.q.is_some_and(|q| missing_roles.contains(&q));
@@ -682,8 +683,8 @@ impl Array {
     /// io_uring on direct members, else the I/O pool). A member whose read fails is failed
     /// and the caller plans again (nothing has been written yet), unless it stays below
     /// `max_read_errors`: then its role is returned as unreadable, to be rewritten.
-    fn read_ranges(&self, io: &IoMap, ranges: &[MemberRange]) -> Result<Vec<Vec<u8>>, SegmentError> {
-        let mut bufs: Vec<Vec<u8>> = ranges.iter().map(|r| self.cache.buffer((r.sectors * SECTOR_BYTES) as usize)).collect();
+    fn read_ranges(&self, io: &IoMap, ranges: &[MemberRange]) -> Result<Vec<StripeBuf>, SegmentError> {
+        let mut bufs: Vec<StripeBuf> = ranges.iter().map(|r| self.cache.buffer((r.sectors * SECTOR_BYTES) as usize)).collect();
         let mut devices = Vec::with_capacity(ranges.len());
         let mut batch = Vec::with_capacity(ranges.len());
         for (range, buf) in ranges.iter().zip(bufs.iter_mut()) {
@@ -725,7 +726,7 @@ impl Array {
     ) -> Result<(), SegmentError> {
         let read = self.read_ranges(io, &plan.reads)?;
         // A plan reads each role at most once: look its buffer up by role.
-        let mut by_role: Vec<Option<Vec<u8>>> = vec![None; io.read.len()];
+        let mut by_role: Vec<Option<StripeBuf>> = vec![None; io.read.len()];
         for (range, buf) in plan.reads.iter().zip(read) {
             by_role[range.role] = Some(buf);
         }
@@ -737,8 +738,8 @@ impl Array {
                 for w in writes {
                     by_index[w.data_index] = w.bytes;
                 }
-                let mut p = vec![0u8; h];
-                let mut q = roles.q.map(|_| vec![0u8; h]);
+                let mut p = stripe_buf(h);
+                let mut q = roles.q.map(|_| stripe_buf(h));
                 compute_parity_refs(roles, &by_index, &mut p, q.as_deref_mut());
                 push_stripe(outs, roles, lo, writes, p, q);
             }
@@ -755,7 +756,7 @@ impl Array {
                     let range = off..off + delta.len();
                     match q.as_mut() {
                         None => {
-                            for (pb, d) in p[range].iter_mut().zip(&delta) {
+                            for (pb, d) in p[range].iter_mut().zip(delta.iter()) {
                                 *pb ^= d;
                             }
                         }
@@ -772,14 +773,14 @@ impl Array {
             }
             Compute::ReconstructWrite => {
                 // Blocks not read are overwritten whole by the writes.
-                let data = roles.data.iter().map(|&r| take(r).unwrap_or_else(|| vec![0u8; h])).collect();
+                let data = roles.data.iter().map(|&r| take(r).unwrap_or_else(|| stripe_buf(h))).collect();
                 self.finish_full_stripe(roles, lo, h, data, writes, outs);
             }
             Compute::Degraded { rebuild: lost, p_lost, q_lost } => {
                 let mut bufs = StripeBuffers {
-                    data: roles.data.iter().map(|&r| take(r).unwrap_or_else(|| vec![0u8; h])).collect(),
-                    p: take(roles.p).unwrap_or_else(|| vec![0u8; h]),
-                    q: roles.q.map(|qr| take(qr).unwrap_or_else(|| vec![0u8; h])),
+                    data: roles.data.iter().map(|&r| take(r).unwrap_or_else(|| stripe_buf(h))).collect(),
+                    p: take(roles.p).unwrap_or_else(|| stripe_buf(h)),
+                    q: roles.q.map(|qr| take(qr).unwrap_or_else(|| stripe_buf(h))),
                 };
                 if !rebuild(roles, &mut bufs, lost, *p_lost, *q_lost) {
                     return Err(SegmentError::Fatal(super::Fault::TooFewToRebuild { stripe: lo }.into()));
@@ -797,7 +798,7 @@ impl Array {
         roles: &StripeRoles,
         lo: u64,
         h: usize,
-        mut data: Vec<Vec<u8>>,
+        mut data: Vec<StripeBuf>,
         writes: &[BlockWrite<'a>],
         outs: &mut Outs<'a>,
     ) {
@@ -805,8 +806,8 @@ impl Array {
             let off = ((w.sector - lo) * SECTOR_BYTES) as usize;
             data[w.data_index][off..off + w.bytes.len()].copy_from_slice(w.bytes);
         }
-        let mut p = vec![0u8; h];
-        let mut q = roles.q.map(|_| vec![0u8; h]);
+        let mut p = stripe_buf(h);
+        let mut q = roles.q.map(|_| stripe_buf(h));
         compute_parity(roles, &data, &mut p, q.as_deref_mut());
         push_stripe(outs, roles, lo, writes, p, q);
     }
