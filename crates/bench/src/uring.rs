@@ -1,42 +1,46 @@
 //! `uraid bench uring`: does io_uring pay off for member I/O?
 //!
 //! The engine turns one array request into one operation per member (same offset, one chunk
-//! each) and runs them on a rayon pool of 8 threads (`engine::parallel::run_all`), waiting for
-//! all of them before it returns. This bench replays exactly that shape on N member files and
-//! times five executors on the same files in the same run:
+//! each) and runs them together, waiting for all of them before it returns. This bench
+//! replays exactly that shape on N member files and times five executors on the same files
+//! in the same run:
 //!
 //! - `pool`: the N operations of a request on an 8-thread rayon pool via `scope`, pread/pwrite
-//!   (the engine's parallel path);
+//!   (the engine's pool path);
 //! - `serial`: the N operations one after another on the calling thread (the engine's in-line
-//!   path, taken below 128 KiB per request);
-//! - `uring`: one io_uring on the calling thread, the N operations of a request pushed and
-//!   submitted with one `submit_and_wait(N)` — a drop-in for the engine's synchronous API;
-//! - `uring-qd`: the same ring with `depth` requests (depth × N operations) in flight — what
-//!   io_uring is built for, but the engine's one-request-at-a-time API would have to become
-//!   asynchronous to use it;
+//!   path, taken below 128 KiB per request on buffered members);
+//! - `uring`: the engine's own executor (`uraid_engine::executor::run_member_io`) over the
+//!   members opened as the engine opens them: on `O_DIRECT` members the N operations go on
+//!   the calling thread's ring with one `submit_and_wait`;
+//! - `uring-qd`: `depth` caller threads through that executor, each with its own ring (the
+//!   engine's shape under several NBD workers);
 //! - `pool-qd`: `depth` caller threads sharing the pool, one request each — the same depth
-//!   reached the engine's way (several callers, e.g. NBD workers), for a fair comparison.
+//!   reached through the pool, for a fair comparison.
+//!
+//! The ring executors are the engine's: this bench has no io_uring code of its own (it once
+//! had a second ring wrapper; the engine's is the one that ships, so it is the one measured).
+//! They run on the `O_DIRECT` settings only, where the engine uses a ring; on buffered
+//! members the engine never does (measured: it lost to the pool and the in-line path there,
+//! docs/BENCH.md).
 //!
 //! Storage settings: files on tmpfs (buffered), files on a disk filesystem opened O_DIRECT, and
 //! (as root, with losetup) loop devices over those files with `--direct-io=on`, opened O_DIRECT.
-//!
-//! All `unsafe` of the bench's io_uring use lives here: pushing submission entries whose
-//! buffers must outlive the operation ([`Ring`] waits for every operation in flight before it
-//! is dropped). Buffers are the parity crate's `AlignedBuf` at 4 KiB alignment (O_DIRECT).
+//! Buffers are the parity crate's `AlignedBuf` at 4 KiB alignment (O_DIRECT).
 
 use crate::machine::{fs_type, Machine};
 use crate::report::{size_label, Grid};
 use crate::stats::mb_per_s;
-use io_uring::{opcode, squeue, types, IoUring};
 use serde::Serialize;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use uraid_engine::executor::{run_member_io, Bufs, MemberIo, Run};
+use uraid_engine::{FileMember, IoMode, Member};
 pub use uraid_parity::buffer::AlignedBuf;
 
 /// Alignment of buffers, offsets and lengths for O_DIRECT (the largest logical block size in
@@ -47,82 +51,12 @@ pub const POOL_THREADS: usize = 8;
 /// Below this many bytes per request the engine runs the member operations in line.
 pub const ENGINE_PARALLEL_MIN_BYTES: usize = 128 * 1024;
 
-/// One io_uring with a count of the operations in flight. Dropping it waits for all of them,
-/// so a buffer that outlives the `Ring` outlives every operation pushed on it.
-struct Ring {
-    ring: IoUring,
-    inflight: usize,
-}
-
-impl Ring {
-    fn new(entries: usize) -> io::Result<Ring> {
-        let entries = u32::try_from(entries.max(1).next_power_of_two()).map_err(io::Error::other)?;
-        Ok(Ring { ring: IoUring::new(entries)?, inflight: 0 })
-    }
-
-    /// Queues one operation (submitted by the next [`Ring::wait`]).
-    ///
-    /// # Safety
-    /// Every buffer the entry points to must stay allocated, and must not be accessed (a read's
-    /// buffer) or modified (a write's), until the operation's completion is reaped — or until
-    /// this `Ring` is dropped, which waits for every operation in flight.
-    unsafe fn push(&mut self, entry: &squeue::Entry) -> io::Result<()> {
-        // SAFETY: the buffer contract is our caller's (see above).
-        unsafe { self.ring.submission().push(entry) }.map_err(|_| io::Error::other("io_uring submission queue full"))?;
-        self.inflight += 1;
-        Ok(())
-    }
-
-    /// Submits what was pushed and waits until `want` completions are ready.
-    fn wait(&mut self, want: usize) -> io::Result<()> {
-        loop {
-            match self.ring.submit_and_wait(want) {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                other => return other.map(|_| ()),
-            }
-        }
-    }
-
-    /// Moves every ready completion into `out` as (user_data, result).
-    fn reap(&mut self, out: &mut Vec<(u64, i32)>) {
-        for cqe in self.ring.completion() {
-            out.push((cqe.user_data(), cqe.result()));
-            self.inflight -= 1;
-        }
-    }
-}
-
-impl Drop for Ring {
-    fn drop(&mut self) {
-        let mut sink = Vec::new();
-        while self.inflight > 0 {
-            if let Err(e) = self.wait(1) {
-                // Buffers may be freed after this returns while the kernel still uses them:
-                // stopping is the only sound way out (never seen in practice).
-                eprintln!("io_uring: cannot wait for {} operations in flight: {e}", self.inflight);
-                std::process::abort();
-            }
-            sink.clear();
-            self.reap(&mut sink);
-        }
-    }
-}
-
-/// Ok when this kernel and sandbox let us set up a ring and run an operation on it; else why
-/// not, as "io_uring unavailable: <reason>".
+/// Why the engine does not use io_uring here, as "io_uring unavailable: <reason>", if it
+/// does not.
 pub fn uring_available() -> Result<(), String> {
-    let unavailable = |e: io::Error| format!("io_uring unavailable: {e}");
-    let mut ring = Ring::new(2).map_err(unavailable)?;
-    let nop = opcode::Nop::new().build().user_data(7);
-    // SAFETY: a NOP points to no buffer.
-    unsafe { ring.push(&nop) }.map_err(unavailable)?;
-    ring.wait(1).map_err(unavailable)?;
-    let mut done = Vec::new();
-    ring.reap(&mut done);
-    match done.as_slice() {
-        [(7, r)] if *r >= 0 => Ok(()),
-        [(_, r)] => Err(format!("io_uring unavailable: NOP failed: {}", io::Error::from_raw_os_error(-r))),
-        _ => Err("io_uring unavailable: NOP did not complete".into()),
+    match uraid_engine::io_uring_unavailable() {
+        None => Ok(()),
+        Some(why) => Err(format!("io_uring unavailable: {why}")),
     }
 }
 
@@ -249,6 +183,9 @@ pub fn io_pool() -> Result<rayon::ThreadPool, String> {
 /// the stream ends or `time` has passed since the executor was ready.
 pub struct Job<'a> {
     pub files: &'a [File],
+    /// The same members as the engine opens them, for the engine's executor (`uring`,
+    /// `uring-qd`); empty where those do not run.
+    pub members: &'a [Arc<FileMember>],
     pub op: Op,
     pub chunk: usize,
     pub depth: usize,
@@ -266,8 +203,11 @@ impl Job<'_> {
                 let pool = (exec == Executor::Pool).then_some(pool);
                 self.sync_loop(&mut bufs, pool, self.time.map(|t| Instant::now() + t))
             }
-            Executor::Uring => self.ring_stream(1),
-            Executor::UringQd => self.ring_stream(depth),
+            Executor::Uring => {
+                let mut bufs = blocks(self.files.len(), self.chunk);
+                self.engine_loop(&mut bufs, self.time.map(|t| Instant::now() + t))
+            }
+            Executor::UringQd => self.engine_qd(depth),
             Executor::PoolQd => self.pool_qd(depth, pool),
         }
     }
@@ -317,82 +257,53 @@ impl Job<'_> {
         Ok(Tally { requests, secs: start.elapsed().as_secs_f64() })
     }
 
-    /// One ring on the calling thread with `depth` request slots of N operations each. Depth 1
-    /// waits for all N completions in one `submit_and_wait(N)`; deeper rings refill a slot as
-    /// soon as its request completes.
-    fn ring_stream(&self, depth: usize) -> io::Result<Tally> {
-        let n = self.files.len();
-        let len = u32::try_from(self.chunk).map_err(io::Error::other)?;
-        let mut slots = Slots { offset: vec![0; depth], left: vec![0; depth] };
-        let mut bufs = blocks(depth * n, self.chunk);
-        // Declared after `bufs`, so dropped (which waits for every operation in flight) first.
-        let mut ring = Ring::new(depth * n)?;
-        let mut ready = Vec::with_capacity(depth * n);
-        let mut first_err: Option<io::Error> = None;
+    /// One request at a time through the engine's executor: the N member operations handed
+    /// over as data, run together (on the calling thread's ring for O_DIRECT members).
+    fn engine_loop(&self, bufs: &mut [AlignedBuf], deadline: Option<Instant>) -> io::Result<Tally> {
+        if self.members.len() != self.files.len() {
+            return Err(io::Error::other("the engine's executor needs the members opened as the engine opens them"));
+        }
+        let start = Instant::now();
         let mut requests = 0;
+        while let Some(offset) = self.stream.next(deadline) {
+            self.hooks.before(bufs, offset);
+            let batch: Vec<MemberIo<'_>> = self
+                .members
+                .iter()
+                .zip(bufs.iter_mut())
+                .map(|(m, buf)| {
+                    let bufs = match self.op {
+                        Op::Read => Bufs::Read(vec![&mut buf[..]]),
+                        Op::Write => Bufs::Write(vec![&buf[..]]),
+                    };
+                    MemberIo { member: m.as_ref() as &dyn Member, runs: vec![Run { offset, bufs }] }
+                })
+                .collect();
+            if let Some(e) = run_member_io(batch).into_iter().find_map(Result::err) {
+                return Err(e);
+            }
+            self.hooks.after(bufs, offset).map_err(io::Error::other)?;
+            requests += 1;
+        }
+        Ok(Tally { requests, secs: start.elapsed().as_secs_f64() })
+    }
+
+    /// `depth` caller threads, each issuing one request at a time through the engine's
+    /// executor (each thread has its own ring).
+    fn engine_qd(&self, depth: usize) -> io::Result<Tally> {
+        let mut per_thread: Vec<Vec<AlignedBuf>> = (0..depth).map(|_| blocks(self.files.len(), self.chunk)).collect();
         let start = Instant::now();
         let deadline = self.time.map(|t| start + t);
-        for slot in 0..depth {
-            let Some(offset) = self.stream.next(deadline) else { break };
-            self.issue(&mut ring, &mut bufs, &mut slots, slot, offset)?;
+        let results: Vec<io::Result<Tally>> = std::thread::scope(|s| {
+            let handles: Vec<_> = per_thread.iter_mut().map(|bufs| s.spawn(move || self.engine_loop(bufs, deadline))).collect();
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("caller thread panicked")))).collect()
+        });
+        let mut requests = 0;
+        for r in results {
+            requests += r?.requests;
         }
-        while ring.inflight > 0 {
-            ring.wait(if depth == 1 { ring.inflight } else { 1 })?;
-            ring.reap(&mut ready);
-            for (user_data, res) in ready.drain(..) {
-                let slot = user_data as usize / n;
-                if res < 0 {
-                    first_err.get_or_insert(io::Error::from_raw_os_error(-res));
-                } else if res as u32 != len {
-                    first_err.get_or_insert(io::Error::new(io::ErrorKind::UnexpectedEof, format!("short transfer: {res} of {len} bytes")));
-                }
-                slots.left[slot] -= 1;
-                if slots.left[slot] > 0 {
-                    continue;
-                }
-                requests += 1;
-                if let Err(e) = self.hooks.after(&bufs[slot * n..(slot + 1) * n], slots.offset[slot]) {
-                    first_err.get_or_insert(io::Error::other(e));
-                }
-                if first_err.is_none() {
-                    if let Some(offset) = self.stream.next(deadline) {
-                        self.issue(&mut ring, &mut bufs, &mut slots, slot, offset)?;
-                    }
-                }
-            }
-        }
-        let secs = start.elapsed().as_secs_f64();
-        first_err.map_or(Ok(Tally { requests, secs }), Err)
+        Ok(Tally { requests, secs: start.elapsed().as_secs_f64() })
     }
-
-    /// Pushes slot `slot`'s N member operations at `offset` (buffers `bufs[slot*N..][..N]`).
-    fn issue(&self, ring: &mut Ring, bufs: &mut [AlignedBuf], slots: &mut Slots, slot: usize, offset: u64) -> io::Result<()> {
-        let n = self.files.len();
-        let len = self.chunk as u32;
-        let slot_bufs = &mut bufs[slot * n..(slot + 1) * n];
-        self.hooks.before(slot_bufs, offset);
-        slots.offset[slot] = offset;
-        slots.left[slot] = n;
-        for (m, (file, buf)) in self.files.iter().zip(slot_bufs.iter_mut()).enumerate() {
-            let fd = types::Fd(file.as_raw_fd());
-            let entry = match self.op {
-                Op::Read => opcode::Read::new(fd, buf.as_mut_ptr(), len).offset(offset).build(),
-                Op::Write => opcode::Write::new(fd, buf.as_ptr(), len).offset(offset).build(),
-            };
-            // SAFETY: `bufs` outlive `ring` in `ring_stream` (declared before it, and the Ring's
-            // Drop waits for every operation in flight), and nothing touches this slot's
-            // buffers again until all of its completions are reaped (`left[slot]` back to 0).
-            unsafe { ring.push(&entry.user_data((slot * n + m) as u64)) }?;
-        }
-        Ok(())
-    }
-}
-
-/// Per request slot of a ring: the offset in flight and how many of its member operations
-/// have not completed.
-struct Slots {
-    offset: Vec<u64>,
-    left: Vec<usize>,
 }
 
 fn member_io(file: &File, op: Op, buf: &mut [u8], offset: u64) -> io::Result<()> {
@@ -525,6 +436,8 @@ pub struct UringReport {
 /// Member files (or devices) of one storage setting; removes what it created.
 struct Members {
     files: Vec<File>,
+    /// The same members as the engine opens them (direct settings only).
+    members: Vec<Arc<FileMember>>,
     backing: String,
     loops: LoopDevices,
     _dir: Option<tempfile::TempDir>,
@@ -579,6 +492,14 @@ fn create_files(base: &Path, count: usize, bytes: u64, direct: bool) -> io::Resu
     Ok((dir, paths, files))
 }
 
+/// The members at `paths` opened as the engine opens them for `--io direct`.
+pub fn engine_members(paths: &[PathBuf]) -> Result<Vec<Arc<FileMember>>, String> {
+    paths
+        .iter()
+        .map(|p| FileMember::open_with(p, true, IoMode::Direct).map(Arc::new).map_err(|e| format!("{}: {e}", p.display())))
+        .collect()
+}
+
 fn open_storage(storage: Storage, cfg: &UringBenchConfig, count: usize) -> Result<Members, String> {
     match storage {
         Storage::Tmpfs => {
@@ -588,7 +509,7 @@ fn open_storage(storage: Storage, cfg: &UringBenchConfig, count: usize) -> Resul
             }
             let (dir, _, files) = create_files(&cfg.shm_dir, count, cfg.file_bytes, false).map_err(|e| e.to_string())?;
             let backing = format!("tmpfs ({}), buffered", cfg.shm_dir.display());
-            Ok(Members { files, backing, loops: LoopDevices::default(), _dir: Some(dir) })
+            Ok(Members { files, members: Vec::new(), backing, loops: LoopDevices::default(), _dir: Some(dir) })
         }
         Storage::Direct | Storage::Loop => {
             let fs = fs_type(&cfg.direct_dir);
@@ -599,7 +520,8 @@ fn open_storage(storage: Storage, cfg: &UringBenchConfig, count: usize) -> Resul
                 .map_err(|e| format!("O_DIRECT files in {}: {e}", cfg.direct_dir.display()))?;
             if storage == Storage::Direct {
                 let backing = format!("{fs} ({}), O_DIRECT", cfg.direct_dir.display());
-                return Ok(Members { files, backing, loops: LoopDevices::default(), _dir: Some(dir) });
+                let members = engine_members(&paths)?;
+                return Ok(Members { files, members, backing, loops: LoopDevices::default(), _dir: Some(dir) });
             }
             drop(files);
             let mut loops = LoopDevices::default();
@@ -620,7 +542,8 @@ fn open_storage(storage: Storage, cfg: &UringBenchConfig, count: usize) -> Resul
                 .map(|d| open_member(Path::new(d), true, false).map_err(|e| format!("{d}: {e}")))
                 .collect::<Result<_, _>>()?;
             let backing = format!("loop devices (--direct-io=on) over files on {fs} ({}), O_DIRECT", cfg.direct_dir.display());
-            Ok(Members { files, backing, loops, _dir: Some(dir) })
+            let members = engine_members(&loops.0.iter().map(PathBuf::from).collect::<Vec<_>>())?;
+            Ok(Members { files, members, backing, loops, _dir: Some(dir) })
         }
     }
 }
@@ -657,8 +580,11 @@ pub fn run(cfg: &UringBenchConfig, progress: &mut dyn FnMut(&str)) -> Result<Uri
                 for pattern in [Pattern::Seq, Pattern::Rand] {
                     for op in [Op::Read, Op::Write] {
                         progress(&format!("{} N={n} chunk={} {pattern:?} {op:?}", storage.name(), size_label(chunk as u64)));
-                        let point = Point { storage, files: &members.files[..n], chunk, pattern, op };
-                        records.extend(point.measure(cfg, &executors, &pool)?);
+                        let engine = members.members.get(..n).unwrap_or_default();
+                        let point = Point { storage, files: &members.files[..n], members: engine, chunk, pattern, op };
+                        // The engine's ring executors where the engine uses a ring: O_DIRECT.
+                        let here: Vec<Executor> = executors.iter().copied().filter(|e| !e.uses_uring() || !engine.is_empty()).collect();
+                        records.extend(point.measure(cfg, &here, &pool)?);
                     }
                 }
             }
@@ -684,6 +610,7 @@ pub fn run(cfg: &UringBenchConfig, progress: &mut dyn FnMut(&str)) -> Result<Uri
 struct Point<'a> {
     storage: Storage,
     files: &'a [File],
+    members: &'a [Arc<FileMember>],
     chunk: usize,
     pattern: Pattern,
     op: Op,
@@ -700,6 +627,7 @@ impl Point<'_> {
                 let stream = Stream::new(self.pattern, self.chunk, cfg.file_bytes, None);
                 let job = Job {
                     files: self.files,
+                    members: self.members,
                     op: self.op,
                     chunk: self.chunk,
                     depth: cfg.depth,
@@ -839,9 +767,9 @@ pub fn footer(report: &UringReport) -> String {
     }
     s.push_str(&format!(
         "pool = the request's N member ops on an {POOL_THREADS}-thread rayon pool (engine::parallel::run_all); serial = in line on the caller; \
-         uring = one ring per caller thread, N ops per submit_and_wait(N); uring-qd / pool-qd = {} requests in flight \
-         (one ring / {} caller threads sharing the pool).\n\
-         † = the engine runs this request in line today (N × chunk < 128 KiB): its current behaviour there is `serial`.\n\
+         uring = the engine's executor (on O_DIRECT members: one ring per caller thread, N ops per submit_and_wait(N)); \
+         uring-qd / pool-qd = {} requests in flight ({} caller threads through the engine's executor / sharing the pool).\n\
+         † = N × chunk < 128 KiB: on buffered members the engine runs such a request in line (`serial`); on O_DIRECT members it uses the ring.\n\
          MB/s = 10^6 bytes/s over all members; requests/s counts array requests (member ops = N × that). Writes are not synced.\n",
         report.config.depth, report.config.depth
     ));

@@ -1,15 +1,17 @@
 //! `bench uring`'s executors move the right bytes: what one executor writes (pwrite on the pool
-//! or in line, or io_uring one request or several at a time) every other reads back, on tmpfs
-//! and with O_DIRECT on a disk filesystem; and the bench runs end to end on tiny sizes.
+//! or in line, or the engine's executor from one caller or several) every other reads back, on
+//! tmpfs and with O_DIRECT on a disk filesystem; and the bench runs end to end on tiny sizes.
 //! Skipped, with the reason printed, where io_uring is unavailable (ENOSYS/EPERM sandboxes).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 use uraid_bench::machine::fs_type;
 use uraid_bench::uring::{
     io_pool, run, uring_available, AlignedBuf, Executor, Hooks, Job, NoHooks, Op, Pattern, Storage, Stream, UringBenchConfig,
 };
+use uraid_engine::{FileMember, IoMode};
 
 const MEMBERS: usize = 4;
 const FILE_BYTES: u64 = 1 << 20;
@@ -50,7 +52,8 @@ impl Hooks for Check {
     }
 }
 
-fn members(dir: &Path, direct: bool) -> Vec<File> {
+/// The member files, opened for the bench's own executors and as the engine opens them.
+fn members(dir: &Path, direct: bool) -> (Vec<File>, Vec<Arc<FileMember>>) {
     (0..MEMBERS)
         .map(|m| {
             let path = dir.join(format!("m{m}"));
@@ -63,9 +66,10 @@ fn members(dir: &Path, direct: bool) -> Vec<File> {
                 use std::os::unix::fs::OpenOptionsExt;
                 o.custom_flags(libc::O_DIRECT);
             }
-            o.open(&path).expect("open member")
+            let mode = if direct { IoMode::Direct } else { IoMode::Buffered };
+            (o.open(&path).expect("open member"), Arc::new(FileMember::open_with(&path, true, mode).expect("engine member")))
         })
-        .collect()
+        .unzip()
 }
 
 /// Folders to test in: tmpfs (buffered) if there is one, and the temp dir with O_DIRECT if it
@@ -98,7 +102,7 @@ fn every_executor_reads_what_every_other_wrote() {
     let Some(pool) = pool_if_uring() else { return };
     let mut gen = 0;
     for (dir, direct) in places() {
-        let files = members(dir.path(), direct);
+        let (files, engine) = members(dir.path(), direct);
         for chunk in [4096, 64 << 10] {
             let slots = FILE_BYTES / chunk as u64;
             for writer in Executor::ALL {
@@ -106,14 +110,24 @@ fn every_executor_reads_what_every_other_wrote() {
                 // Writes cover every chunk once, in order; reads visit them in both orders.
                 let stream = Stream::new(Pattern::Seq, chunk, FILE_BYTES, Some(slots));
                 let hooks = Check { gen, write: true };
-                let job = Job { files: &files, op: Op::Write, chunk, depth: 3, stream: &stream, hooks: &hooks, time: None };
+                let job =
+                    Job { files: &files, members: &engine, op: Op::Write, chunk, depth: 3, stream: &stream, hooks: &hooks, time: None };
                 let t = job.run(writer, &pool).unwrap_or_else(|e| panic!("{} write (direct {direct}, chunk {chunk}): {e}", writer.name()));
                 assert_eq!(t.requests, slots, "{} wrote every chunk", writer.name());
                 for reader in Executor::ALL {
                     for pattern in [Pattern::Seq, Pattern::Rand] {
                         let stream = Stream::new(pattern, chunk, FILE_BYTES, Some(slots));
                         let hooks = Check { gen, write: false };
-                        let job = Job { files: &files, op: Op::Read, chunk, depth: 3, stream: &stream, hooks: &hooks, time: None };
+                        let job = Job {
+                            files: &files,
+                            members: &engine,
+                            op: Op::Read,
+                            chunk,
+                            depth: 3,
+                            stream: &stream,
+                            hooks: &hooks,
+                            time: None,
+                        };
                         let t = job.run(reader, &pool).unwrap_or_else(|e| {
                             panic!("{} wrote, {} read {pattern:?} (direct {direct}, chunk {chunk}): {e}", writer.name(), reader.name())
                         });
@@ -129,11 +143,12 @@ fn every_executor_reads_what_every_other_wrote() {
 fn reading_past_the_end_is_an_error_not_a_hang() {
     let Some(pool) = pool_if_uring() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
-    let files = members(dir.path(), false);
+    let (files, engine) = members(dir.path(), false);
     // The stream believes the files are twice as long as they are.
     for exec in Executor::ALL {
         let stream = Stream::new(Pattern::Seq, 64 << 10, 2 * FILE_BYTES, Some(2 * FILE_BYTES / (64 << 10)));
-        let job = Job { files: &files, op: Op::Read, chunk: 64 << 10, depth: 4, stream: &stream, hooks: &NoHooks, time: None };
+        let job =
+            Job { files: &files, members: &engine, op: Op::Read, chunk: 64 << 10, depth: 4, stream: &stream, hooks: &NoHooks, time: None };
         let r = job.run(exec, &pool);
         assert!(r.is_err(), "{}: read past the end succeeded", exec.name());
     }
@@ -154,14 +169,13 @@ fn bench_runs_on_tiny_sizes() {
     let report = run(&cfg, &mut |_| {}).expect("bench uring");
     let measured: Vec<Storage> = report.storages.iter().filter(|s| s.skipped.is_none()).map(|s| s.storage).collect();
     assert!(!measured.is_empty(), "nothing measured: {:?}", report.storages);
-    let executors = if let Some(why) = &report.uring_unavailable {
+    // The engine's ring executors run where the engine uses a ring: O_DIRECT members.
+    let executors = |s: &Storage| if report.uring_unavailable.is_some() || *s == Storage::Tmpfs { 3 } else { 5 };
+    if let Some(why) = &report.uring_unavailable {
         println!("{why}: io_uring rows skipped");
-        3
-    } else {
-        5
-    };
+    }
     // Per storage: 2 chunks × 2 patterns × 2 ops points, one record per executor.
-    assert_eq!(report.records.len(), measured.len() * 8 * executors);
+    assert_eq!(report.records.len(), measured.iter().map(|s| 8 * executors(s)).sum::<usize>());
     assert!(report.records.iter().all(|r| r.requests > 0 && r.mb_per_s > 0.0), "{:?}", report.records);
     assert!(report.records.iter().all(|r| r.vs_pool.is_some()));
     let text = uraid_bench::uring::render(&report, false);

@@ -23,3 +23,10 @@ pub use member::{FileMember, IoMode, MemMember, Member};
 pub use ownership::DeviceIdentity;
 pub use uring::unavailable as io_uring_unavailable;
 pub use volume::{LiveArray, Stage, Volume};
+
+/// The one executor of member I/O, for benchmarks that measure it on their own members: a
+/// request's member operations as data, run together (io_uring on `O_DIRECT` members, else
+/// the I/O pool or in line).
+pub mod executor {
+    pub use crate::parallel::{run_member_io, Bufs, MemberIo, Run};
+}

@@ -125,7 +125,7 @@ pub struct Run<'a> {
 }
 
 /// A request's operations on one member, run one after another (disjoint ranges).
-pub(crate) struct MemberIo<'a> {
+pub struct MemberIo<'a> {
     pub member: &'a dyn Member,
     pub runs: Vec<Run<'a>>,
 }
@@ -140,7 +140,7 @@ pub(crate) struct MemberIo<'a> {
 ///
 /// A member whose run fails has its remaining runs skipped (they may have been issued
 /// already on the ring); the caller fails that member, as with the closures before.
-pub(crate) fn run_member_io(batch: Vec<MemberIo<'_>>) -> Vec<io::Result<()>> {
+pub fn run_member_io(batch: Vec<MemberIo<'_>>) -> Vec<io::Result<()>> {
     let direct = !batch.is_empty() && batch.iter().all(|m| m.member.direct_io().is_some());
     let batch = if direct {
         match crate::uring::run(batch) {
