@@ -72,9 +72,10 @@ pub enum Fault {
     /// The same, for a degraded read of member sectors `first_sector..end_sector`.
     #[error("member sectors {first_sector}..{end_sector}: members kept failing during a degraded read")]
     WindowMembersKeptFailing { first_sector: u64, end_sector: u64 },
-    /// Too few members left in a stripe to rebuild what is missing.
-    #[error("stripe {stripe}: too many members missing to rebuild")]
-    TooFewToRebuild { stripe: u64 },
+    /// Too few members left in a stripe to rebuild what is missing (its member sectors
+    /// from `first_sector`).
+    #[error("member sectors from {first_sector}: too many members missing to rebuild")]
+    TooFewToRebuild { first_sector: u64 },
     /// No member holds a sector any more.
     #[error("no member holds array sector {array_sector}")]
     NoMember { array_sector: u64 },

@@ -783,7 +783,7 @@ impl Array {
                     q: roles.q.map(|qr| take(qr).unwrap_or_else(|| stripe_buf(h))),
                 };
                 if !rebuild(roles, &mut bufs, lost, *p_lost, *q_lost) {
-                    return Err(SegmentError::Fatal(super::Fault::TooFewToRebuild { stripe: lo }.into()));
+                    return Err(SegmentError::Fatal(super::Fault::TooFewToRebuild { first_sector: lo }.into()));
                 }
                 self.finish_full_stripe(roles, lo, h, bufs.data, writes, outs);
             }
