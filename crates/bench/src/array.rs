@@ -278,7 +278,7 @@ fn time_recovery(a: &Array, survivors: &[PathBuf], spare: &Path, member_bytes: u
     let member: Arc<dyn Member> = Arc::new(FileMember::open(spare, true).map_err(|e| e.to_string())?);
     a.add_device(member, [0x55; 16]).map_err(|e| e.to_string())?;
     let t = Instant::now();
-    let mut driver = JobDriver::new(a, DriverOptions { step_sectors: 8 << 11, limits: None, clean_after_idle: None });
+    let driver = JobDriver::new(a, DriverOptions { step_sectors: 8 << 11, limits: None, clean_after_idle: None });
     while a.pending_job() == Some(JobKind::Recovery) {
         driver.run(JobKind::Recovery, &|| false, |_| {}).map_err(|e| e.to_string())?;
     }

@@ -697,7 +697,7 @@ fn rebuild(r: &mut Runner, built: &Built, region: u64, degraded_state: &str) -> 
                 // Driven and paced as `uraid serve` drives it: foreground requests first.
                 let opts =
                     DriverOptions { step_sectors: cfg.rebuild_step_sectors, limits: Some(cfg.rebuild_speed), clean_after_idle: None };
-                let mut driver = JobDriver::new(a, opts);
+                let driver = JobDriver::new(a, opts);
                 while a.pending_job() == Some(JobKind::Recovery) {
                     driver.run(JobKind::Recovery, &|| false, |_| {}).map_err(|e| e.to_string())?;
                 }

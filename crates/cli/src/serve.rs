@@ -555,7 +555,7 @@ impl Served {
             let limits = SpeedLimits { min_kib_s: self.args.speed_min, max_kib_s: self.args.speed_max };
             // md's safe mode: clean 200 ms after the last write, between steps too.
             let opts = DriverOptions { step_sectors: step, limits: Some(limits), clean_after_idle: Some(Duration::from_millis(200)) };
-            let mut driver = JobDriver::new(&array, opts);
+            let driver = JobDriver::new(&array, opts);
             let Some(kind) = driver.next_job(requested.map(|repair| if repair { JobKind::Repair } else { JobKind::Check })) else {
                 driver.clean_if_idle();
                 if last_re_add_try.elapsed() >= Duration::from_secs(1) {

@@ -194,7 +194,7 @@ impl Progress {
 /// Runs the array's pending resync/recovery to completion (offline: nothing else runs).
 pub fn run_pending_jobs(array: &Array, quiet: bool) -> Result<()> {
     let opts = DriverOptions { step_sectors: 8 << 11, limits: None, clean_after_idle: None };
-    let mut driver = JobDriver::new(array, opts);
+    let driver = JobDriver::new(array, opts);
     array.start_recovery_if_possible();
     while let Some(kind @ (JobKind::Recovery | JobKind::Resync)) = array.pending_job() {
         let progress = Progress::new(kind.name(), array.sync_sectors(), quiet);

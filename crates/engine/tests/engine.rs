@@ -90,7 +90,7 @@ fn the_job_driver_stops_when_asked_resumes_and_finishes_a_rebuild() {
     random_writes(&a, &mut model, &mut Rng::new(11), 20);
     a.fail_role(2).unwrap();
     let opts = uraid_engine::array::DriverOptions { step_sectors: 256, limits: None, clean_after_idle: Some(std::time::Duration::ZERO) };
-    let mut driver = uraid_engine::array::JobDriver::new(&a, opts);
+    let driver = uraid_engine::array::JobDriver::new(&a, opts);
     assert_eq!(driver.next_job(None), Some(JobKind::Recovery));
     assert_eq!(driver.next_job(Some(JobKind::Check)), Some(JobKind::Check), "a check asked for comes first");
     // Stopped after two steps: not finished, and it stopped where it was asked to.

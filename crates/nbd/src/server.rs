@@ -476,9 +476,9 @@ const DATA_ALIGN: usize = 4096;
 struct Job {
     cookie: u64,
     op: Validated,
-    /// WRITE data (page-aligned, so members with direct I/O write it as it is); empty
-    /// otherwise.
-    data: AlignedBuf,
+    /// WRITE data (page-aligned, so members with direct I/O write it as it is); `None`
+    /// otherwise (no allocation for reads, flushes, trims).
+    data: Option<AlignedBuf>,
     /// Bytes taken from the budget, given back when the reply is out.
     budget: u64,
 }
@@ -548,11 +548,11 @@ fn read_requests(
         if !conn.budget.acquire(budget, stop, config.poll_interval) {
             return Err(Halt::Stopped);
         }
-        let mut data = AlignedBuf::zeroed(0, DATA_ALIGN);
+        let mut data = None;
         if let Validated::Write { length, .. } = op {
             // Bounded by validate_request (≤ MAX_PAYLOAD) and by the budget just taken.
-            data = AlignedBuf::zeroed(length as usize, DATA_ALIGN);
-            read_full(reader, &mut data, stop, None)?;
+            let buf = data.insert(AlignedBuf::zeroed(length as usize, DATA_ALIGN));
+            read_full(reader, buf, stop, None)?;
         }
         if tx.send(Job { cookie: req.cookie, op, data, budget }).is_err() {
             return Err(Halt::Closed);
@@ -595,7 +595,7 @@ fn execute(conn: &Conn, job: Job) {
                 Err(e) => Err(e),
             }
         }
-        Validated::Write { offset, fua, .. } => array.write(offset, &job.data).and_then(|()| flush_if(fua)),
+        Validated::Write { offset, fua, .. } => array.write(offset, job.data.as_deref().unwrap_or_default()).and_then(|()| flush_if(fua)),
         Validated::Flush => array.flush(),
         Validated::Zero { offset, length, fua, may_discard } => {
             let zeroed = if may_discard { array.discard(offset, length as u64) } else { array.write_zeroes(offset, length as u64) };

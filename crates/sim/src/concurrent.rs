@@ -905,7 +905,7 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
         }
         let (array, report) = build::assemble(&disks, false).map_err(|e| format!("restart after the crash: {e}"))?;
         let report_needed = report.needs_resync;
-        let mut driver = JobDriver::new(&array, DriverOptions { step_sectors: 1024, limits: None, clean_after_idle: None });
+        let driver = JobDriver::new(&array, DriverOptions { step_sectors: 1024, limits: None, clean_after_idle: None });
         while array.pending_job() == Some(JobKind::Resync) {
             driver.run(JobKind::Resync, &|| false, |_| {}).map_err(|e| format!("resync after the crash: {e}"))?;
         }

@@ -35,7 +35,7 @@ pub struct JobOutcome {
     pub report: CheckReport,
 }
 
-/// Runs jobs on one array; keeps its pacer between steps.
+/// Runs jobs on one array (each `run` paces itself with a `JobPacer` of its own).
 pub struct JobDriver<'a> {
     array: &'a Array,
     opts: DriverOptions,
@@ -66,12 +66,7 @@ impl<'a> JobDriver<'a> {
     /// Runs `kind` from its start (resync: its checkpoint) until it is done, `stop()` says so,
     /// or the array no longer needs it (a recovery whose target failed, a resync made moot).
     /// `on_step` sees each step's progress. An error ends the job and is returned.
-    pub fn run(
-        &mut self,
-        kind: JobKind,
-        stop: &dyn Fn() -> bool,
-        mut on_step: impl FnMut(&JobProgress),
-    ) -> Result<JobOutcome, EngineError> {
+    pub fn run(&self, kind: JobKind, stop: &dyn Fn() -> bool, mut on_step: impl FnMut(&JobProgress)) -> Result<JobOutcome, EngineError> {
         let array = self.array;
         let total = array.sync_sectors();
         let mut pos = if kind == JobKind::Resync { array.resync_position().min(total) } else { 0 };
@@ -101,7 +96,7 @@ impl<'a> JobDriver<'a> {
 
     /// Runs every pending resync and recovery to its end (a spare given a missing role
     /// first), as md does after assembly; `on_step` sees each step.
-    pub fn run_pending(&mut self, stop: &dyn Fn() -> bool, mut on_step: impl FnMut(&JobProgress)) -> Result<(), EngineError> {
+    pub fn run_pending(&self, stop: &dyn Fn() -> bool, mut on_step: impl FnMut(&JobProgress)) -> Result<(), EngineError> {
         self.array.start_recovery_if_possible();
         while let Some(kind @ (JobKind::Resync | JobKind::Recovery)) = self.array.pending_job() {
             if stop() {

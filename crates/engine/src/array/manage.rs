@@ -111,7 +111,7 @@ impl Array {
             .write_at(&superblock_bytes(&sb), planned.superblock_offset_bytes)
             .and_then(|_| member.flush())
             .map_err(|e| EngineError::Invalid(format!("{}: {e}", member.label())))?;
-        let device = Device::new(member, sb, planned.superblock_offset_bytes).map_err(not_assembly)?;
+        let device = Device::new(member, sb, planned.superblock_offset_bytes).map_err(EngineError::Invalid)?;
         debug_assert_eq!(device.data_offset, planned.data_offset_bytes);
         meta.roster.add_spare(dev_number, version != MetadataVersion::V0_90);
         meta.push(device);
@@ -212,7 +212,7 @@ impl Array {
         let mut sb = sb;
         sb.set_recovery_offset(Some(0));
         let dev_number = sb.dev_number();
-        let device = Device::new(member.clone(), sb, loc.offset_bytes).map_err(not_assembly)?;
+        let device = Device::new(member.clone(), sb, loc.offset_bytes).map_err(EngineError::Invalid)?;
         meta.roster.add_re_added(dev_number, role).map_err(|e| EngineError::Invalid(format!("{}: {e}", member.label())))?;
         meta.push(device);
         let resync = self.resync_offset_for_superblock();
@@ -405,15 +405,6 @@ fn copy_bitmap(from: &dyn Member, from_offset: u64, to: &dyn Member, to_offset: 
     let mut area = vec![0u8; len as usize];
     from.read_at(&mut area, from_offset).map_err(io)?;
     to.write_at(&area, to_offset).map_err(io)
-}
-
-/// A device that cannot join (its bad-block log unreadable, say) is a refused request, not
-/// an assembly that failed: the error says so.
-fn not_assembly(e: EngineError) -> EngineError {
-    match e {
-        EngineError::Refused(why) => EngineError::Invalid(why),
-        other => other,
-    }
 }
 
 /// The position of the device labelled `label`.

@@ -162,9 +162,10 @@ struct Device {
 
 impl Device {
     /// A device as the array keeps it: its bad-block log loaded and its member wrapped so
-    /// reads of listed ranges fail and writes clear them (`bad_blocks.rs`).
-    fn new(member: Arc<dyn Member>, sb: Superblock, sb_offset: u64) -> Result<Device, EngineError> {
-        let log = Arc::new(BadBlockLog::load(member.as_ref(), &sb, sb_offset).map_err(EngineError::Refused)?);
+    /// reads of listed ranges fail and writes clear them (`bad_blocks.rs`). The error is the
+    /// log's, as text: the caller says what it refuses (an assembly, an add).
+    fn new(member: Arc<dyn Member>, sb: Superblock, sb_offset: u64) -> Result<Device, String> {
+        let log = Arc::new(BadBlockLog::load(member.as_ref(), &sb, sb_offset)?);
         Ok(Device {
             raw: member.clone(),
             member: LoggedMember::wrap(member, log.clone()),
@@ -477,7 +478,7 @@ impl Array {
         let mut push = |i: usize, state: DeviceState| -> Result<(), EngineError> {
             let sb = &candidates[i].superblock;
             roster_devices.push(RosterDevice::new(state, sb.dev_number(), matches!(sb, Superblock::V1(_)), sb.role()));
-            kept.push(Device::new(devices[i].clone(), sb.clone(), sb_offsets[i])?);
+            kept.push(Device::new(devices[i].clone(), sb.clone(), sb_offsets[i]).map_err(EngineError::Refused)?);
             Ok(())
         };
         let rebuilding: Vec<(usize, u64)> = plan.rebuilding.iter().map(|r| (r.member, r.recovered_sectors)).collect();
