@@ -6,7 +6,8 @@
 //! every member at once. It is measured in the same run on scratch files of the members'
 //! size in the same folder (so the array's data is not touched), one thread per member,
 //! 1 MiB requests. The reshape is the real one (`ReshapingArray::start` then `run`), with a
-//! reader doing 4 KiB random reads through the reshaping array meanwhile; its p99 is set
+//! reader doing 4 KiB random reads through the reshaping array meanwhile (1000 a second, a
+//! light steady client that does not take a core from the reshape); its p99 is set
 //! next to the same reads on the idle array before the reshape. The array's content is
 //! checked after the reshape, so a fast but wrong reshape cannot score.
 
@@ -70,19 +71,25 @@ fn open_file(p: &Path, len: u64) -> Result<std::fs::File, String> {
     Ok(f)
 }
 
+/// Writes `byte` over the whole file, so every block exists before anything is timed.
+fn fill_file(f: &std::fs::File, len: u64, byte: u8) -> Result<(), String> {
+    let buf = vec![byte; 1 << 20];
+    let mut at = 0;
+    while at < len {
+        let n = (1u64 << 20).min(len - at) as usize;
+        f.write_all_at(&buf[..n], at).map_err(|e| e.to_string())?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
 /// The bound: each member's `read_bytes` read and `write_bytes` written, all members at
 /// once, on scratch files; seconds for the slowest.
 fn bound_seconds(dir: &Path, per_member: &[(u64, u64)], file_bytes: u64) -> Result<f64, String> {
     let files: Vec<std::fs::File> =
         (0..per_member.len()).map(|i| open_file(&dir.join(format!("bound-{i}.img")), file_bytes)).collect::<Result<_, _>>()?;
     for f in &files {
-        let buf = vec![0x5au8; 1 << 20];
-        let mut at = 0;
-        while at < file_bytes {
-            let n = (1u64 << 20).min(file_bytes - at) as usize;
-            f.write_all_at(&buf[..n], at).map_err(|e| e.to_string())?;
-            at += n as u64;
-        }
+        fill_file(f, file_bytes, 0x5a)?;
     }
     let t = Instant::now();
     std::thread::scope(|s| -> Result<(), String> {
@@ -121,16 +128,32 @@ fn bound_seconds(dir: &Path, per_member: &[(u64, u64)], file_bytes: u64) -> Resu
     Ok(secs)
 }
 
-/// 4 KiB random reads until `stop`, through `read`.
+/// Foreground 4 KiB random reads sampled at this rate (fio's `rate_iops`): a light,
+/// steady client whose latency shows what the reshape costs it. A reader issuing reads
+/// back to back would instead take a whole core from the reshape on a small machine, and
+/// the ratio would measure the reader, not the reshape.
+pub const FOREGROUND_READS_PER_S: u64 = 1000;
+
+/// 4 KiB random reads until `stop`, through `read`, [`FOREGROUND_READS_PER_S`] a second.
 fn random_reads(size: u64, stop: &AtomicBool, mut read: impl FnMut(u64, &mut [u8]) -> Result<(), String>) -> Result<LatHist, String> {
     let mut hist = LatHist::new();
     let mut buf = vec![0u8; 4096];
     let mut rng = uraid_parity::testdata::Prng::new(0x5eed);
+    let interval = std::time::Duration::from_nanos(1_000_000_000 / FOREGROUND_READS_PER_S);
+    let mut next = Instant::now();
     while !stop.load(Ordering::Acquire) {
         let at = rng.below(size / 4096) * 4096;
         let t = Instant::now();
         read(at, &mut buf)?;
         hist.record(t.elapsed());
+        next += interval;
+        let now = Instant::now();
+        if next > now {
+            std::thread::sleep(next - now);
+        } else {
+            // Fell behind (the read waited for a window): no burst to catch up.
+            next = now;
+        }
     }
     Ok(hist)
 }
@@ -147,8 +170,11 @@ pub fn run(cfg: &ReshapeBenchConfig, progress: &mut dyn FnMut(&str)) -> Result<R
     let total = n.max(cfg.change.raid_disks.map_or(0, |m| m as usize));
     progress(&format!("{level}: creating {n} members + {} spare(s) of {} MiB", total - n, member_bytes >> 20));
     let paths: Vec<PathBuf> = (0..total).map(|i| cfg.dir.join(format!("reshape-{i}.img"))).collect();
+    // Every block written once, as the bound's scratch files are: a disk has all its
+    // blocks, and a sparse tmpfs file would charge the reshape (not the bound) for
+    // allocating pages on the spare.
     for p in &paths {
-        drop(open_file(p, member_bytes)?);
+        fill_file(&open_file(p, member_bytes)?, member_bytes, 0)?;
     }
     let devs: Vec<Arc<dyn Member>> = paths
         .iter()

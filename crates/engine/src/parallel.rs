@@ -25,6 +25,23 @@ const PARALLEL_MIN_BYTES: usize = 128 * 1024;
 /// 7% (`uraid bench array`: more idle pool threads woken per batch).
 const IO_THREADS: usize = 8;
 
+thread_local! {
+    /// Set by [`in_line`]: this thread's buffered member I/O runs in line.
+    static IN_LINE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with this thread's member I/O on buffered members in line, not on the pool:
+/// for a caller that already keeps the cores busy with threads of its own (the reshape's
+/// read/write pipeline), where handing each member copy to the pool only adds wake-ups
+/// and the pool's spinning on two cores. Direct members keep their parallel path (a device
+/// round trip after another would serialise them).
+pub fn in_line<R>(f: impl FnOnce() -> R) -> R {
+    let was = IN_LINE.with(|c| c.replace(true));
+    let r = f();
+    IN_LINE.with(|c| c.set(was));
+    r
+}
+
 fn pool() -> Option<&'static rayon::ThreadPool> {
     static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
     POOL.get_or_init(|| rayon::ThreadPoolBuilder::new().num_threads(IO_THREADS).thread_name(|i| format!("uraid-io-{i}")).build().ok())
@@ -158,5 +175,12 @@ pub fn run_member_io(batch: Vec<MemberIo<'_>>) -> Vec<io::Result<()>> {
             (bytes, f)
         })
         .collect();
-    run_all_above(ops, if direct { 0 } else { PARALLEL_MIN_BYTES })
+    let min_bytes = if direct {
+        0
+    } else if IN_LINE.with(|c| c.get()) {
+        usize::MAX
+    } else {
+        PARALLEL_MIN_BYTES
+    };
+    run_all_above(ops, min_bytes)
 }

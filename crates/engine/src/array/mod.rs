@@ -396,6 +396,12 @@ impl Array {
             sb_offsets.push(loc.offset_bytes);
             candidates.push(Candidate { label: dev.label().to_string(), superblock: sb, device_size_bytes: dev.size_bytes() });
         }
+        // Members one event behind (a crash while a superblock round went out) are taken
+        // with the newest state; a writable array writes that state to them at once, so
+        // that losing the fresh member later does not leave their stale word (a dirty
+        // mark the fresh one had already cleared) to decide the array's state.
+        let newest_events = candidates.iter().map(|c| c.superblock.events()).max().unwrap_or(0);
+        let members_behind = candidates.iter().any(|c| c.superblock.events() + 1 == newest_events);
         // A reshape in progress is refused by the assembler below as unsupported; say so
         // as a type, so a reader can open it as a reshape view instead.
         if let Some(Superblock::V1(sb)) = candidates.iter().map(|c| &c.superblock).max_by_key(|sb| sb.events()) {
@@ -585,6 +591,10 @@ impl Array {
             bitmap: Mutex::new(bitmap_state.map(|(state, _)| state)),
         };
         array.rebuild_io_map(&array.lock_meta());
+        if array.writable && members_behind {
+            let mut meta = array.lock_meta();
+            array.persist(&mut meta, array.resync_pos.load(Ordering::Acquire));
+        }
         Ok((array, report))
     }
 
