@@ -307,3 +307,80 @@ fn a_crash_at_any_instant_of_a_grow_or_shrink_under_writes_loses_no_flushed_writ
         }
     }
 }
+
+/// A 0.90 RAID5 that md left part-way through a 3 -> 4 grow, built the way md leaves it:
+/// 0.90 never moves the data, so below the position the members hold the 4-member shape
+/// (rows `[0, P/3)`), and from it on the 3-member shape (rows from `P/2`, untouched); the
+/// superblocks are 0.91 with the reshape fields. uraid must read it, read-only, as the
+/// content it had, and refuse to continue it (it does not write 0.91 progress yet).
+#[test]
+fn a_090_array_md_left_mid_grow_reads_back_read_only() {
+    use uraid_core::metadata::sb090::DiskDescriptor090;
+    use uraid_core::metadata::{sb090_offset_sectors, MetadataVersion, Superblock};
+    const BYTES: usize = 8 << 20;
+    let mut sketch = uraid_engine::create::ArraySketch::new(Level::Raid5, "old");
+    sketch.metadata = MetadataVersion::V0_90;
+    // The old shape: 3 members and a spare, the whole array written.
+    let old = uraid_engine::create::mem_devices(4, BYTES, "old");
+    let old_members = uraid_engine::create::as_members(&old);
+    let array = sketch.create(&old_members[..3], &old_members[3..]).expect("create the 3-member array");
+    let size = array.size_bytes() as usize;
+    let mut rng = Rng::new(90);
+    let content = rng.bytes(size);
+    array.write(0, &content).expect("write");
+    array.close().expect("close");
+    drop(array);
+    // The new shape's bytes below the position: the same content through a 4-member array.
+    let position_sectors = 3 * 128 * 8; // 8 new stripes of 64 KiB chunks: 1.5 MiB
+    let new = uraid_engine::create::mem_devices(4, BYTES, "new");
+    let new_members = uraid_engine::create::as_members(&new);
+    let grown = sketch.create(&new_members, &[]).expect("create the 4-member array");
+    grown.write(0, &content[..position_sectors * 512]).expect("write the moved part");
+    grown.close().expect("close");
+    drop(grown);
+    // Member rows [0, P/3) come from the new shape; the 0.91 superblocks record the grow.
+    let rows = position_sectors / 3 * 512;
+    let images: Vec<Vec<u8>> = (0..4)
+        .map(|i| {
+            let mut img = old[i].snapshot();
+            img[..rows].copy_from_slice(&new[i].snapshot()[..rows]);
+            let at = sb090_offset_sectors(img.len() as u64).unwrap() as usize * 512;
+            let Superblock::V090(mut sb) = Superblock::decode(MetadataVersion::V0_90, &img[at..at + 4096]).expect("0.90 superblock") else {
+                unreachable!()
+            };
+            sb.minor_version = 91;
+            sb.raid_disks = 4;
+            sb.delta_disks = 1;
+            (sb.new_level, sb.new_layout, sb.new_chunk_bytes) = (sb.level, sb.layout, sb.chunk_size_bytes);
+            sb.reshape_position_sectors = position_sectors as u64;
+            sb.state &= !uraid_core::metadata::sb090::Superblock090::STATE_CLEAN;
+            // The spare became role 3 (active, being written by the reshape).
+            for d in sb.disks.iter_mut().chain(std::iter::once(&mut sb.this_disk)) {
+                if d.number == 3 {
+                    d.raid_disk = 3;
+                    d.state = DiskDescriptor090::STATE_ACTIVE;
+                }
+            }
+            sb.events += 1;
+            sb.update_checksum();
+            img[at..at + 4096].copy_from_slice(&sb.encode());
+            img
+        })
+        .collect();
+    let devices = as_devices(&mem_images(images));
+    match Array::assemble(devices.clone(), &ArrayOptions::default()) {
+        Err(EngineError::ReshapeInProgress { position_sectors: p }) => assert_eq!(p, position_sectors as u64),
+        other => panic!("a 0.91 reshape must be reported as one, got {:?}", other.map(|_| ())),
+    }
+    let reading = ReshapingArray::open(devices.clone(), &ArrayOptions::default()).expect("open read-only");
+    assert_eq!(reading.size_bytes() as usize, size, "md keeps the old size until the grow ends");
+    let mut got = vec![0u8; size];
+    reading.read(0, &mut got).expect("read");
+    assert!(got == content, "the moved and the unmoved parts read back as written");
+    drop(reading);
+    let writable = ArrayOptions { writable: true, ..Default::default() };
+    match ReshapingArray::open(devices, &writable) {
+        Err(EngineError::Unsupported(why)) => assert!(why.contains("0.90"), "{why}"),
+        other => panic!("continuing a 0.90 reshape must be refused, got {:?}", other.map(|_| ())),
+    }
+}

@@ -326,6 +326,74 @@ impl Superblock090 {
         }
         active
     }
+
+    /// The same member described as a v1.0 superblock at `super_offset_sectors` (data at
+    /// sector 0, as 0.90 keeps it), for code that reads a reshape from v1 fields: md's
+    /// 0.91 superblock records a reshape with the same meanings (`super_90_validate`:
+    /// `raid_disks` the new count, `delta_disks`, `new_level`, `new_layout`, `new_chunk` in
+    /// bytes, `reshape_position` in array sectors, backwards when `delta_disks` < 0) and
+    /// never moves the data (no `new_offset`). Roles come from the descriptors, indexed by
+    /// descriptor number, as `dev_number` indexes v1's role table. Only for reading: it is
+    /// never written back.
+    pub fn v1_view(&self, super_offset_sectors: u64) -> super::Superblock1 {
+        use super::sb1::{FeatureMap, MdTime, Superblock1};
+        let roles: Vec<u16> = self
+            .disks
+            .iter()
+            .map(|d| {
+                if d.has(DiskDescriptor090::STATE_FAULTY) {
+                    0xfffe
+                } else if d.has(DiskDescriptor090::STATE_SYNC) || (d.has(DiskDescriptor090::STATE_ACTIVE) && self.minor_version >= 91) {
+                    d.raid_disk.min(0xfeff) as u16
+                } else {
+                    0xffff
+                }
+            })
+            .collect();
+        let mut feature_map = FeatureMap(0);
+        if self.reshape_active() {
+            feature_map.0 |= FeatureMap::RESHAPE_ACTIVE;
+        }
+        let component = u64::from(self.size_kib) * 2;
+        let mut sb = Superblock1 {
+            feature_map,
+            pad0: 0,
+            set_uuid: self.array_uuid().0,
+            set_name: [0; 32],
+            ctime: MdTime::from_parts(u64::from(self.ctime), 0),
+            level: self.level,
+            layout: self.layout,
+            size_sectors: component,
+            chunksize_sectors: self.chunk_size_bytes / 512,
+            raid_disks: self.raid_disks,
+            bitmap_offset_raw: 0,
+            new_level: self.new_level,
+            reshape_position_sectors: if self.reshape_active() { self.reshape_position_sectors } else { 0 },
+            delta_disks: self.delta_disks,
+            new_layout: self.new_layout,
+            new_chunk_sectors: self.new_chunk_bytes / 512,
+            new_offset_sectors: 0,
+            data_offset_sectors: 0,
+            data_size_sectors: component,
+            super_offset_sectors,
+            recovery_offset_raw: 0,
+            dev_number: self.this_disk.number,
+            cnt_corrected_read: 0,
+            device_uuid: [0; 16],
+            devflags: 0,
+            bblog_shift: 0,
+            bblog_size_sectors: 0,
+            bblog_offset_sectors: 0,
+            utime: MdTime::from_parts(u64::from(self.utime), 0),
+            events: self.events,
+            resync_offset_sectors: if self.is_clean() { super::MAX_SECTOR } else { u64::from(self.recovery_cp) },
+            sb_csum: 0,
+            pad3: [0; 32],
+            dev_roles: roles,
+        };
+        sb.update_checksum();
+        sb
+    }
 }
 
 #[cfg(test)]
@@ -390,6 +458,38 @@ mod tests {
         assert_eq!(sb.active_roles(), vec![true, true]);
         assert!(sb.is_clean());
         assert_eq!(sb.shape().component_size_sectors, 32640);
+    }
+
+    #[test]
+    fn a_reshaping_091_superblock_reads_as_the_same_v1_reshape() {
+        let mut sb = sample();
+        sb.minor_version = 91;
+        sb.level = 5;
+        sb.layout = 2;
+        sb.chunk_size_bytes = 65536;
+        sb.raid_disks = 4;
+        sb.delta_disks = 1;
+        sb.new_level = 5;
+        sb.new_layout = 2;
+        sb.new_chunk_bytes = 65536;
+        sb.reshape_position_sectors = 24576;
+        sb.disks[2].number = 2;
+        sb.disks[2].raid_disk = 2;
+        sb.disks[2].state = DiskDescriptor090::STATE_ACTIVE | DiskDescriptor090::STATE_SYNC;
+        sb.disks[3].number = 3;
+        sb.disks[3].raid_disk = 3;
+        sb.disks[3].state = DiskDescriptor090::STATE_ACTIVE;
+        sb.disks[4].state = DiskDescriptor090::STATE_FAULTY;
+        let v1 = sb.v1_view(1000);
+        assert_eq!(crate::metadata::Superblock1::decode(&v1.encode()), Ok(v1.clone()), "a valid v1 superblock");
+        let state = crate::metadata::reshape::ReshapeState::from_superblock(&v1).unwrap();
+        assert_eq!((state.position_sectors, state.backwards, state.new_offset_sectors), (24576, false, 0));
+        assert_eq!((state.old.raid_disks, state.new.raid_disks, state.new.chunk_sectors), (3, 4, 128));
+        assert_eq!(&v1.dev_roles[..6], &[0, 1, 2, 3, 0xfffe, 0xffff]);
+        assert_eq!((v1.dev_number, v1.data_offset_sectors, v1.size_sectors), (1, 0, 32640));
+        // Not reshaping (0.90, or 0.91 with the position all ones): no reshape.
+        sb.reshape_position_sectors = u64::MAX;
+        assert!(crate::metadata::reshape::ReshapeState::from_superblock(&sb.v1_view(1000)).is_err());
     }
 
     #[test]

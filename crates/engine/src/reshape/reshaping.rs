@@ -130,17 +130,31 @@ fn striped_shape(array: &Array, data_offset_sectors: u64) -> Option<StripedShape
 
 /// Reads the newest v1 superblock of every device; all must belong to one array.
 fn read_superblocks(devices: &[Arc<dyn Member>]) -> Result<Vec<(u64, Superblock1)>, EngineError> {
-    superblocks_of(&devices.iter().map(|d| (d.clone(), probe(d.as_ref()))).collect::<Vec<_>>())
+    let (found, from_090) = superblocks_of(&devices.iter().map(|d| (d.clone(), probe(d.as_ref()))).collect::<Vec<_>>())?;
+    if from_090 {
+        return Err(EngineError::Unsupported(
+            "uraid does not reshape 0.90 arrays (md needs a backup file for them: mdadm --grow --backup-file)".into(),
+        ));
+    }
+    Ok(found)
 }
 
-/// [`read_superblocks`] of devices already probed.
-fn superblocks_of(probed: &[crate::scan::Probed]) -> Result<Vec<(u64, Superblock1)>, EngineError> {
+/// [`read_superblocks`] of devices already probed; 0.90 superblocks as their v1 view
+/// ([`uraid_core::metadata::sb090::Superblock090::v1_view`], placed where a 1.0
+/// superblock would sit, inside the 64 KiB that 0.90 reserves at the end). The flag says
+/// the array is 0.90.
+fn superblocks_of(probed: &[crate::scan::Probed]) -> Result<(Vec<(u64, Superblock1)>, bool), EngineError> {
     let mut found: Vec<(u64, Superblock1)> = Vec::with_capacity(probed.len());
+    let mut from_090 = false;
     for (dev, p) in probed {
         match p.best().cloned() {
             Some((loc, Superblock::V1(sb))) => found.push((loc.offset_bytes, sb)),
-            Some((_, Superblock::V090(_))) => {
-                return Err(EngineError::Unsupported("a 0.90 array in the middle of a reshape is not supported yet".into()))
+            Some((_, Superblock::V090(sb))) => {
+                let Some(at) = uraid_core::metadata::sb10_offset_sectors(dev.size_bytes()) else {
+                    return Err(EngineError::NoSuperblock { device: dev.label().to_string(), detail: "too small".into() });
+                };
+                from_090 = true;
+                found.push((at * SECTOR_BYTES, sb.v1_view(at)));
             }
             None => return Err(EngineError::NoSuperblock { device: dev.label().to_string(), detail: String::new() }),
         }
@@ -154,7 +168,7 @@ fn superblocks_of(probed: &[crate::scan::Probed]) -> Result<Vec<(u64, Superblock
             )));
         }
     }
-    Ok(found)
+    Ok((found, from_090))
 }
 
 /// `newest`'s array-wide fields with `own`'s per-device ones.
@@ -236,7 +250,17 @@ impl ReshapingArray {
     pub fn open(devices: Vec<Arc<dyn Member>>, opts: &ArrayOptions) -> Result<ReshapingArray, EngineError> {
         // A device failing to read its superblock is missing, as for any assembly.
         let (probed, _unreadable) = crate::scan::probe_leaving_out_unreadable(devices);
-        let found = superblocks_of(&probed)?;
+        let (found, from_090) = superblocks_of(&probed)?;
+        if from_090 && opts.writable {
+            // Reading it is safe (the shapes are as md records them, data never moved);
+            // continuing needs 0.90 superblock updates at each checkpoint, which uraid does
+            // not write yet.
+            return Err(EngineError::Unsupported(
+                "this 0.90 array is in the middle of a reshape: uraid reads it (read-only) but does not continue it yet; \
+                 finish it with mdadm (mdadm --assemble continues it; give --backup-file if mdadm asks for one)"
+                    .into(),
+            ));
+        }
         let devices: Vec<Arc<dyn Member>> = probed.into_iter().map(|(d, _)| d).collect();
         let newest_events = found.iter().map(|(_, sb)| sb.events).max().ok_or_else(|| EngineError::Refused("no devices given".into()))?;
         // Devices behind the newest (by more than md's one-event margin: a crash between
