@@ -384,3 +384,69 @@ fn a_090_array_md_left_mid_grow_reads_back_read_only() {
         other => panic!("continuing a 0.90 reshape must be refused, got {:?}", other.map(|_| ())),
     }
 }
+
+/// A v1.2 RAID5 that md left part-way through a 3 -> 4 grow made with a backup file: the
+/// data offset did not move (no NEW_OFFSET), so below the position the members hold the
+/// 4-member shape at the same offset, rows `[0, P/3)`, and the 3-member shape from row
+/// `P/2` on. Past md's critical section such a reshape needs no backup: every window's new
+/// rows land on old rows already moved and recorded. uraid must read it, continue it to the
+/// end, and the grown array must hold the content (zeros beyond the old size).
+#[test]
+fn a_grow_md_left_without_moving_the_data_offset_reads_and_continues() {
+    use uraid_core::metadata::{FeatureMap, Superblock1};
+    const BYTES: usize = 8 << 20;
+    let sketch = uraid_engine::create::ArraySketch::new(Level::Raid5, "same-offset");
+    let old = uraid_engine::create::mem_devices(4, BYTES, "old");
+    let old_members = uraid_engine::create::as_members(&old);
+    let array = sketch.create(&old_members[..3], &old_members[3..]).expect("create the 3-member array");
+    let size = array.size_bytes() as usize;
+    let content = Rng::new(91).bytes(size);
+    array.write(0, &content).expect("write");
+    array.close().expect("close");
+    drop(array);
+    let position_sectors = 3 * 128 * 8; // 8 stripes of the new shape: 1.5 MiB
+    let new = uraid_engine::create::mem_devices(4, BYTES, "new");
+    let new_members = uraid_engine::create::as_members(&new);
+    let grown = sketch.create(&new_members, &[]).expect("create the 4-member array");
+    grown.write(0, &content[..position_sectors * 512]).expect("write the moved part");
+    grown.close().expect("close");
+    drop(grown);
+    let images: Vec<Vec<u8>> = (0..4)
+        .map(|i| {
+            let mut img = old[i].snapshot();
+            let mut sb = Superblock1::decode(&img[4096..8192]).expect("v1.2 superblock");
+            let (from, to) = (sb.data_offset_sectors as usize * 512, (sb.data_offset_sectors as usize + position_sectors / 3) * 512);
+            img[from..to].copy_from_slice(&new[i].snapshot()[from..to]);
+            sb.feature_map.0 |= FeatureMap::RESHAPE_ACTIVE;
+            sb.raid_disks = 4;
+            sb.delta_disks = 1;
+            (sb.new_level, sb.new_layout, sb.new_chunk_sectors) = (sb.level, sb.layout, sb.chunksize_sectors);
+            sb.reshape_position_sectors = position_sectors as u64;
+            sb.resync_offset_sectors = 0;
+            // The spare took role 3 (a new role: in sync, as md's raid5_start_reshape sets it).
+            sb.dev_roles[3] = 3;
+            sb.events += 1;
+            sb.update_checksum();
+            let bytes = sb.encode();
+            img[4096..4096 + bytes.len()].copy_from_slice(&bytes);
+            img
+        })
+        .collect();
+    let images = mem_images(images);
+    let reading = ReshapingArray::open(as_devices(&images), &ArrayOptions::default()).expect("open read-only");
+    let mut got = vec![0u8; size];
+    reading.read(0, &mut got).expect("read");
+    assert!(got == content, "the moved and the unmoved parts read back as written");
+    drop(reading);
+    let writable = ArrayOptions { writable: true, ..Default::default() };
+    let reshaping = ReshapingArray::open(as_devices(&images), &writable).expect("open to continue");
+    assert_eq!(reshaping.run(&|| false, |_| {}).expect("continue"), ReshapeStep::Finished);
+    reshaping.close().expect("close");
+    drop(reshaping);
+    let (finished, _) = Array::assemble(as_devices(&images), &writable).expect("assemble the grown array");
+    assert!(finished.size_bytes() as usize > size, "grown");
+    let mut got = vec![0u8; finished.size_bytes() as usize];
+    finished.read(0, &mut got).expect("read");
+    assert!(got[..size] == content[..], "the content survived the grow");
+    assert!(got[size..].iter().all(|&b| b == 0), "the new space reads as zeros");
+}
