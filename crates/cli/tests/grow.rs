@@ -395,3 +395,48 @@ fn a_degraded_array_reshapes_degraded_with_run() {
     let out = ok(dir, &with_devs(&["read", "--run"], &left));
     assert_eq!(&out.stdout[..content.len()], &content[..], "content after a degraded reshape");
 }
+
+/// A 0.90 array md has just started growing (0.91 superblocks, position 0: nothing moved
+/// yet, the spare in role 3): `examine` shows md's reshape rows, `read` returns the content
+/// from the shapes the position says, and `grow --continue` is refused with what to do,
+/// the members unchanged (uraid reads 0.90 reshapes, it does not write their progress).
+#[test]
+fn a_090_reshape_is_examined_and_read_but_not_continued() {
+    use uraid_core::metadata::sb090::{DiskDescriptor090, Superblock090};
+    use uraid_core::metadata::{sb090_offset_sectors, MetadataVersion, Superblock};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (devs, content) = filled(dir, "5", 3, &["-e", "0.90"]);
+    for d in &devs {
+        let path = dir.join(d);
+        let mut img = std::fs::read(&path).unwrap();
+        let at = sb090_offset_sectors(img.len() as u64).unwrap() as usize * 512;
+        let Ok(Superblock::V090(mut sb)) = Superblock::decode(MetadataVersion::V0_90, &img[at..at + 4096]) else { panic!("0.90") };
+        sb.minor_version = 91;
+        sb.raid_disks = 4;
+        sb.delta_disks = 1;
+        (sb.new_level, sb.new_layout, sb.new_chunk_bytes) = (sb.level, sb.layout, sb.chunk_size_bytes);
+        sb.reshape_position_sectors = 0;
+        sb.state &= !Superblock090::STATE_CLEAN;
+        for disk in sb.disks.iter_mut().chain(std::iter::once(&mut sb.this_disk)) {
+            if disk.number == 3 {
+                (disk.raid_disk, disk.state) = (3, DiskDescriptor090::STATE_ACTIVE);
+            }
+        }
+        sb.events += 1;
+        sb.update_checksum();
+        img[at..at + 4096].copy_from_slice(&sb.encode());
+        std::fs::write(&path, img).unwrap();
+    }
+    let ex = json(&ok(dir, &with_devs(&["examine", "--json"], &devs)));
+    let reshape = &ex[0]["reshape"];
+    assert_eq!((reshape["delta_devices"].as_i64(), reshape["raid_devices_before"].as_i64()), (Some(1), Some(3)), "{ex}");
+    assert_eq!(reshape["position_sectors"].as_u64(), Some(0), "{ex}");
+    assert_eq!(read_prefix(dir, &devs, content.len()), content);
+    let before = sums(dir, &devs);
+    let out = run(dir, &with_devs(&["grow", "--continue"], &devs));
+    assert!(!out.status.success(), "{}", describe("uraid", &["grow", "--continue"], &out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("0.90") && err.contains("mdadm"), "{err}");
+    assert_eq!(sums(dir, &devs), before, "a refusal changes nothing");
+}

@@ -237,6 +237,19 @@ fn fill_v090(e: &mut Examined, sb: &Superblock090) {
     e.checksum = Some(format!("{:x}", sb.sb_csum));
     e.checksum_correct = Some(sb.compute_checksum() == sb.sb_csum);
     e.state = Some(if sb.state & Superblock090::STATE_CLEAN != 0 { "clean" } else { "active" }.into());
+    // md's 0.91: the same reshape rows as v1 (mdadm's examine_super0), the data never moved.
+    if sb.reshape_active() {
+        e.reshape = Some(ReshapeExamined {
+            position_sectors: sb.reshape_position_sectors,
+            delta_devices: sb.delta_disks,
+            raid_devices_before: i64::from(sb.raid_disks) - i64::from(sb.delta_disks),
+            new_offset_sectors: None,
+            new_level: level_name(sb.new_level),
+            new_layout: layout_name(sb.new_level, sb.new_layout),
+            new_chunk_size_kib: u64::from(sb.new_chunk_bytes) / 1024,
+            backwards: sb.delta_disks < 0,
+        });
+    }
     let active = sb.disks.iter().filter(|d| d.state & DiskDescriptor090::STATE_ACTIVE != 0).map(|d| d.raid_disk);
     e.array_state = array_state(sb.raid_disks, SB090_MAX_DISKS, active);
 }
