@@ -36,10 +36,15 @@ thread_local! {
 /// and the pool's spinning on two cores. Direct members keep their parallel path (a device
 /// round trip after another would serialise them).
 pub fn in_line<R>(f: impl FnOnce() -> R) -> R {
-    let was = IN_LINE.with(|c| c.replace(true));
-    let r = f();
-    IN_LINE.with(|c| c.set(was));
-    r
+    /// Puts the thread's previous setting back, also when `f` unwinds.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            IN_LINE.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(IN_LINE.with(|c| c.replace(true)));
+    f()
 }
 
 fn pool() -> Option<&'static rayon::ThreadPool> {

@@ -77,6 +77,8 @@ struct Batch {
     /// Windows `[0, recorded)` have their checkpoint (if they asked for one) on disk: the
     /// first one's is the caller's.
     recorded: usize,
+    /// A worker is taking a window's checkpoint (the others wait for it to be on disk).
+    checkpointing: bool,
     /// The first failure: every worker stops.
     error: Option<EngineError>,
 }
@@ -735,9 +737,10 @@ impl ReshapingArray {
     /// planner asked for a checkpoint before window j, once the windows before it are
     /// written, flushed and recorded. Measured with `uraid bench reshape` (2 cores,
     /// tmpfs): one thread reading then writing each window reached 0.2–0.4 of the members'
-    /// bound (0.4–0.5 for a chunk change, whose windows are one stripe each); a reader thread feeding a writer 0.45–0.55 (the writer, with parity and two
-    /// thirds of the bytes, was the one always busy); workers moving whole pieces, across
-    /// windows, are what is kept.
+    /// bound (0.4–0.5 for a chunk change, whose windows are one stripe each); a reader
+    /// thread feeding a writer 0.45–0.55 (the writer, with parity and two thirds of the
+    /// bytes, was the one always busy); workers moving whole pieces, across windows, are
+    /// what is kept.
     fn move_windows(&self, windows: &[Window]) -> Result<(), EngineError> {
         let stripe = self.planner.new.stripe_sectors().max(1);
         let piece = (PIECE_BYTES / SECTOR_BYTES).div_ceil(stripe) * stripe;
@@ -753,8 +756,14 @@ impl ReshapingArray {
         // that asked for one: that one must be on disk before window j is written.
         let last_checkpoint: Vec<usize> =
             (0..windows.len()).map(|j| (0..=j).rev().find(|&i| i == 0 || windows[i].checkpoint_first).unwrap_or(0)).collect();
-        let batch =
-            Mutex::new(Batch { read: vec![0; windows.len()], written: vec![0; windows.len()], completed: 0, recorded: 1, error: None });
+        let batch = Mutex::new(Batch {
+            read: vec![0; windows.len()],
+            written: vec![0; windows.len()],
+            completed: 0,
+            recorded: 1,
+            checkpointing: false,
+            error: None,
+        });
         let changed = Condvar::new();
         let next = AtomicU64::new(0);
         let read_piece = |lo: u64, hi: u64, buf: &mut Vec<u8>| -> Result<(), EngineError> {
@@ -787,11 +796,19 @@ impl ReshapingArray {
                 }
                 // (`recorded` may be below j: windows without a checkpoint of their own need
                 // none taken.)
-                if reads_done && last_checkpoint[j] == j && b.completed == j && b.recorded <= j {
-                    // Every window before j is written: record their end, then go on.
-                    b.recorded = j + 1;
+                if reads_done && last_checkpoint[j] == j && b.completed == j && b.recorded <= j && !b.checkpointing {
+                    // Every window before j is written: record their end. `recorded` moves
+                    // only once it is on disk, so no other piece of window j (or a later
+                    // window relying on this checkpoint) is written meanwhile.
+                    b.checkpointing = true;
                     drop(b);
                     let recorded = self.checkpoint();
+                    let mut b = lock();
+                    b.checkpointing = false;
+                    if recorded.is_ok() {
+                        b.recorded = j + 1;
+                    }
+                    drop(b);
                     changed.notify_all();
                     return recorded.map_err(fail).is_ok();
                 }
