@@ -308,6 +308,36 @@ fn a_crash_at_any_instant_of_a_grow_or_shrink_under_writes_loses_no_flushed_writ
     }
 }
 
+/// The two shapes of a RAID5 grown from 3 members (and a spare) to 4 without moving the
+/// data offset, as md leaves them part-way: `old` holds the 3-member array written whole
+/// with `content`, `new` a 4-member array of the same sketch holding the first
+/// `position_sectors` of it. The callers splice member rows `[0, position / 3)` of `new`
+/// into `old` and write the superblocks of the grow.
+struct GrowHalfway {
+    old: Vec<Arc<MemMember>>,
+    new: Vec<Arc<MemMember>>,
+    content: Vec<u8>,
+    position_sectors: usize,
+}
+
+fn grow_halfway(sketch: &uraid_engine::create::ArraySketch, seed: u64) -> GrowHalfway {
+    const BYTES: usize = 8 << 20;
+    let old = uraid_engine::create::mem_devices(4, BYTES, "old");
+    let old_members = uraid_engine::create::as_members(&old);
+    let array = sketch.create(&old_members[..3], &old_members[3..]).expect("create the 3-member array");
+    let content = Rng::new(seed).bytes(array.size_bytes() as usize);
+    array.write(0, &content).expect("write");
+    array.close().expect("close");
+    drop(array);
+    let position_sectors = 3 * 128 * 8; // 8 stripes of the new shape (64 KiB chunks): 1.5 MiB
+    let new = uraid_engine::create::mem_devices(4, BYTES, "new");
+    let new_members = uraid_engine::create::as_members(&new);
+    let grown = sketch.create(&new_members, &[]).expect("create the 4-member array");
+    grown.write(0, &content[..position_sectors * 512]).expect("write the moved part");
+    grown.close().expect("close");
+    GrowHalfway { old, new, content, position_sectors }
+}
+
 /// A 0.90 RAID5 that md left part-way through a 3 -> 4 grow, built the way md leaves it:
 /// 0.90 never moves the data, so below the position the members hold the 4-member shape
 /// (rows `[0, P/3)`), and from it on the 3-member shape (rows from `P/2`, untouched); the
@@ -317,27 +347,11 @@ fn a_crash_at_any_instant_of_a_grow_or_shrink_under_writes_loses_no_flushed_writ
 fn a_090_array_md_left_mid_grow_reads_back_read_only() {
     use uraid_core::metadata::sb090::DiskDescriptor090;
     use uraid_core::metadata::{sb090_offset_sectors, MetadataVersion, Superblock};
-    const BYTES: usize = 8 << 20;
     let mut sketch = uraid_engine::create::ArraySketch::new(Level::Raid5, "old");
     sketch.metadata = MetadataVersion::V0_90;
-    // The old shape: 3 members and a spare, the whole array written.
-    let old = uraid_engine::create::mem_devices(4, BYTES, "old");
-    let old_members = uraid_engine::create::as_members(&old);
-    let array = sketch.create(&old_members[..3], &old_members[3..]).expect("create the 3-member array");
-    let size = array.size_bytes() as usize;
-    let mut rng = Rng::new(90);
-    let content = rng.bytes(size);
-    array.write(0, &content).expect("write");
-    array.close().expect("close");
-    drop(array);
-    // The new shape's bytes below the position: the same content through a 4-member array.
-    let position_sectors = 3 * 128 * 8; // 8 new stripes of 64 KiB chunks: 1.5 MiB
-    let new = uraid_engine::create::mem_devices(4, BYTES, "new");
-    let new_members = uraid_engine::create::as_members(&new);
-    let grown = sketch.create(&new_members, &[]).expect("create the 4-member array");
-    grown.write(0, &content[..position_sectors * 512]).expect("write the moved part");
-    grown.close().expect("close");
-    drop(grown);
+    let halfway = grow_halfway(&sketch, 90);
+    let (old, new, content, size, position_sectors) =
+        (&halfway.old, &halfway.new, &halfway.content, halfway.content.len(), halfway.position_sectors);
     // Member rows [0, P/3) come from the new shape; the 0.91 superblocks record the grow.
     let rows = position_sectors / 3 * 512;
     let images: Vec<Vec<u8>> = (0..4)
@@ -376,7 +390,7 @@ fn a_090_array_md_left_mid_grow_reads_back_read_only() {
     assert_eq!(reading.size_bytes() as usize, size, "md keeps the old size until the grow ends");
     let mut got = vec![0u8; size];
     reading.read(0, &mut got).expect("read");
-    assert!(got == content, "the moved and the unmoved parts read back as written");
+    assert!(got == *content, "the moved and the unmoved parts read back as written");
     drop(reading);
     let writable = ArrayOptions { writable: true, ..Default::default() };
     match ReshapingArray::open(devices, &writable) {
@@ -394,23 +408,9 @@ fn a_090_array_md_left_mid_grow_reads_back_read_only() {
 #[test]
 fn a_grow_md_left_without_moving_the_data_offset_reads_and_continues() {
     use uraid_core::metadata::{FeatureMap, Superblock1};
-    const BYTES: usize = 8 << 20;
-    let sketch = uraid_engine::create::ArraySketch::new(Level::Raid5, "same-offset");
-    let old = uraid_engine::create::mem_devices(4, BYTES, "old");
-    let old_members = uraid_engine::create::as_members(&old);
-    let array = sketch.create(&old_members[..3], &old_members[3..]).expect("create the 3-member array");
-    let size = array.size_bytes() as usize;
-    let content = Rng::new(91).bytes(size);
-    array.write(0, &content).expect("write");
-    array.close().expect("close");
-    drop(array);
-    let position_sectors = 3 * 128 * 8; // 8 stripes of the new shape: 1.5 MiB
-    let new = uraid_engine::create::mem_devices(4, BYTES, "new");
-    let new_members = uraid_engine::create::as_members(&new);
-    let grown = sketch.create(&new_members, &[]).expect("create the 4-member array");
-    grown.write(0, &content[..position_sectors * 512]).expect("write the moved part");
-    grown.close().expect("close");
-    drop(grown);
+    let halfway = grow_halfway(&uraid_engine::create::ArraySketch::new(Level::Raid5, "same-offset"), 91);
+    let (old, new, content, size, position_sectors) =
+        (&halfway.old, &halfway.new, &halfway.content, halfway.content.len(), halfway.position_sectors);
     let images: Vec<Vec<u8>> = (0..4)
         .map(|i| {
             let mut img = old[i].snapshot();
@@ -436,7 +436,7 @@ fn a_grow_md_left_without_moving_the_data_offset_reads_and_continues() {
     let reading = ReshapingArray::open(as_devices(&images), &ArrayOptions::default()).expect("open read-only");
     let mut got = vec![0u8; size];
     reading.read(0, &mut got).expect("read");
-    assert!(got == content, "the moved and the unmoved parts read back as written");
+    assert!(got == *content, "the moved and the unmoved parts read back as written");
     drop(reading);
     let writable = ArrayOptions { writable: true, ..Default::default() };
     let reshaping = ReshapingArray::open(as_devices(&images), &writable).expect("open to continue");

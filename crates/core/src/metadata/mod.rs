@@ -484,6 +484,15 @@ impl Superblock {
         }
     }
 
+    /// Where a reshape in progress stands, in array sectors (`None` when none is).
+    pub fn reshape_position_sectors(&self) -> Option<u64> {
+        let position = match self {
+            Self::V090(sb) => sb.reshape_position_sectors,
+            Self::V1(sb) => sb.reshape_position_sectors,
+        };
+        self.reshape_active().then_some(position)
+    }
+
     /// A reshape (grow, level or layout change) is in progress.
     pub fn reshape_active(&self) -> bool {
         match self {

@@ -404,15 +404,11 @@ impl Array {
         let members_behind = candidates.iter().any(|c| c.superblock.events() + 1 == newest_events);
         // A reshape in progress is refused by the assembler below as unsupported; say so
         // as a type, so a reader can open it as a reshape view instead.
-        if let Some(Superblock::V090(sb)) = candidates.iter().map(|c| &c.superblock).max_by_key(|sb| sb.events()) {
-            if sb.reshape_active() {
-                return Err(EngineError::ReshapeInProgress { position_sectors: sb.reshape_position_sectors });
-            }
+        let newest = candidates.iter().map(|c| &c.superblock).max_by_key(|sb| sb.events());
+        if let Some(position_sectors) = newest.and_then(Superblock::reshape_position_sectors) {
+            return Err(EngineError::ReshapeInProgress { position_sectors });
         }
-        if let Some(Superblock::V1(sb)) = candidates.iter().map(|c| &c.superblock).max_by_key(|sb| sb.events()) {
-            if sb.feature_map.contains(uraid_core::metadata::FeatureMap::RESHAPE_ACTIVE) {
-                return Err(EngineError::ReshapeInProgress { position_sectors: sb.reshape_position_sectors });
-            }
+        if let Some(Superblock::V1(sb)) = newest {
             let (newest_events, uuid) = (sb.events, sb.set_uuid);
             // The newest superblock says the reshape is over; a member one event behind
             // that still records it (a crash while the final superblocks went out, each
