@@ -64,6 +64,14 @@ fn sums(dir: &Path, devs: &[String]) -> Vec<String> {
     devs.iter().map(|d| format!("{:x}", Sha256::digest(std::fs::read(dir.join(d)).unwrap()))).collect()
 }
 
+/// `args` on `devs` fails with `needle` in its message and changes no member.
+fn refused(dir: &Path, devs: &[String], args: &[&str], needle: &str) {
+    let before = sums(dir, devs);
+    let out = run(dir, &with_devs(args, devs));
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains(needle), "{}", describe("uraid", args, &out));
+    assert_eq!(sums(dir, devs), before, "{args:?} changed a member");
+}
+
 fn json(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
 }
@@ -187,6 +195,43 @@ fn a_raid0_gets_a_member_more_through_raid4_as_md_does() {
     ok(dir, &with_devs(&["grow", "-q", "--level", "0"], &devs));
     let after = ok(dir, &with_devs(&["read"], &devs)).stdout;
     assert!(after.len() == content.len() / 3 * 4 && after[..content.len()] == content[..], "content after continue and takeover");
+}
+
+/// RAID10 near gets members as md adds them (the data moved down one chunk, forwards):
+/// stopped part-way and continued, the content stays and the new space reads as zeros;
+/// what md refuses, or uraid does not do yet, is refused with what to do.
+#[test]
+fn a_raid10_near_gets_a_member_more_even_when_stopped_half_way() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (devs, content) = filled(dir, "10", 3, &["--layout", "n2"]);
+    let before_len = ok(dir, &with_devs(&["read"], &devs)).stdout.len();
+    for (args, needle) in [
+        (&["grow", "-n", "5"][..], "add them first"),
+        (&["grow", "-n", "2"][..], "does not remove them yet"),
+        (&["grow", "-n", "4", "--chunk", "128K"][..], "chunk"),
+        (&["grow", "-n", "4", "--layout", "n3"][..], "number of copies"),
+    ] {
+        refused(dir, &devs, args, needle);
+    }
+    let parked = json(&ok(dir, &with_devs(&["grow", "--json", "-n", "4", "--sync-max", "6000"], &devs)));
+    assert_eq!(parked["finished"], false, "{parked}");
+    assert_eq!(read_prefix(dir, &devs, content.len()), content, "content while parked mid-reshape");
+    let ex = json(&ok(dir, &with_devs(&["examine", "--json"], &devs)));
+    assert!(ex.as_array().unwrap().iter().all(|e| e["raid_devices"] == 4), "{ex}");
+    let done = json(&ok(dir, &with_devs(&["grow", "--json", "--continue"], &devs)));
+    assert_eq!(done["finished"], true, "{done}");
+    let after = ok(dir, &with_devs(&["read"], &devs)).stdout;
+    assert_eq!(after.len(), before_len / 3 * 4, "RAID10 n2 3 -> 4: two mirrored pairs' worth instead of one and a half");
+    assert!(after[..content.len()] == content[..], "content after the grow");
+    assert!(after[content.len()..].iter().all(|&b| b == 0), "the new space reads as zeros");
+    let ex = json(&ok(dir, &with_devs(&["examine", "--json"], &devs)));
+    assert!(ex.as_array().unwrap().iter().all(|e| e["level"] == "raid10" && e["raid_devices"] == 4), "{ex}");
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (devs, _) = filled(dir, "10", 4, &["--layout", "f2"]);
+    refused(dir, &devs, &["grow", "-n", "5"], "far");
 }
 
 #[test]

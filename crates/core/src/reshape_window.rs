@@ -12,15 +12,21 @@
 //! already written is durable: that is md's rule (raid5.c `reshape_request`, its
 //! writepos/readpos/safepos test), and [`WindowPlanner::next`] says when to do it.
 //!
-//! Both shapes are striped (RAID0/4/5/6): every stripe occupies `chunk_sectors` on every
-//! member, at the same member offset, so only member *rows* matter, not which member holds
-//! parity.
+//! Both shapes are striped: RAID0/4/5/6, where every stripe occupies `chunk_sectors` on
+//! every member at the same member offset, so only member *rows* matter, not which member
+//! holds parity; or RAID10 near, where each chunk's copies fill consecutive slots of a row
+//! and spill into the next one when the member count is not a multiple of the copies
+//! (raid10.c `first_dev_address`/`last_dev_address` give the rows a chunk may touch; a
+//! RAID10 reshape position may fall on any sector, md's own moving 64 KiB at a time).
 
 /// One shape of a reshaping array, as the window planner needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StripedShape {
-    /// Members holding data in each stripe (members minus parity).
+    /// Chunk slots in each member row: the members holding data (members minus parity), or
+    /// every member of a RAID10.
     pub data_disks: u64,
+    /// Copies of each chunk, in consecutive slots: RAID10 near's `n`; 1 for RAID0/4/5/6.
+    pub copies: u64,
     pub chunk_sectors: u64,
     /// Where the shape's data starts on each member, in sectors.
     pub data_offset_sectors: u64,
@@ -29,15 +35,40 @@ pub struct StripedShape {
 }
 
 impl StripedShape {
-    /// Array sectors in one stripe.
-    pub fn stripe_sectors(&self) -> u64 {
-        self.data_disks * self.chunk_sectors
+    /// A RAID0/4/5/6 shape (one copy of each chunk).
+    pub fn parity(data_disks: u64, chunk_sectors: u64, data_offset_sectors: u64, array_sectors: u64) -> StripedShape {
+        StripedShape { data_disks, copies: 1, chunk_sectors, data_offset_sectors, array_sectors }
     }
 
-    /// The member sectors `[lo, hi)` that hold array sectors `[first, end)` (whole stripes).
+    /// Array sectors in the shape's unit of placement: a whole stripe when there is one
+    /// copy (parity covers the stripe), one chunk with copies (each chunk is placed on its
+    /// own).
+    pub fn stripe_sectors(&self) -> u64 {
+        if self.copies > 1 {
+            self.chunk_sectors
+        } else {
+            self.data_disks * self.chunk_sectors
+        }
+    }
+
+    /// Where a reshape position may fall: on a stripe boundary of a parity shape (md
+    /// moves whole stripes), on any sector with copies (md's raid10 moves up to 64 KiB at
+    /// a time and records wherever it is).
+    fn position_alignment(&self) -> u64 {
+        if self.copies > 1 {
+            1
+        } else {
+            self.stripe_sectors()
+        }
+    }
+
+    /// The member sectors `[lo, hi)` that may hold array sectors `[first, end)`: the rows
+    /// of every chunk slot they touch, whole chunks.
     pub fn member_span(&self, first: u64, end: u64) -> (u64, u64) {
-        let w = self.stripe_sectors();
-        (self.data_offset_sectors + first / w * self.chunk_sectors, self.data_offset_sectors + end.div_ceil(w) * self.chunk_sectors)
+        let (cs, slots) = (self.chunk_sectors, self.data_disks.max(1));
+        let first_slot = first / cs * self.copies;
+        let end_slot = end.div_ceil(cs) * self.copies;
+        (self.data_offset_sectors + first_slot / slots * cs, self.data_offset_sectors + end_slot.div_ceil(slots) * cs)
     }
 }
 
@@ -142,7 +173,7 @@ impl WindowPlanner {
         if self.is_done(position) {
             return Ok(None);
         }
-        let stripe = self.new.stripe_sectors();
+        let stripe = self.new.position_alignment();
         if !position.is_multiple_of(stripe) && position != self.end_sectors() {
             return Err(WindowError::Misaligned { position, stripe });
         }
@@ -197,8 +228,8 @@ mod tests {
     /// down, 30720 sectors per member.
     fn grow_3_to_4() -> WindowPlanner {
         WindowPlanner {
-            old: StripedShape { data_disks: 2, chunk_sectors: 128, data_offset_sectors: 2048, array_sectors: 61440 },
-            new: StripedShape { data_disks: 3, chunk_sectors: 128, data_offset_sectors: 1664, array_sectors: 92160 },
+            old: StripedShape::parity(2, 128, 2048, 61440),
+            new: StripedShape::parity(3, 128, 1664, 92160),
             backwards: false,
             max_window_sectors: 1 << 14,
         }
@@ -231,32 +262,63 @@ mod tests {
         assert!(matches!(grow_3_to_4().next(100, 0), Err(WindowError::Misaligned { .. })));
     }
 
-    /// Replays a whole reshape on a model of member rows (each row labelled with the
-    /// array stripe it holds, per shape) and checks, at every instant a crash could
-    /// happen, that reading below the recorded position from the new shape and the rest
-    /// from the old one finds every sector's data.
+    /// The member extents `(member, first, end)` that hold array sector `s` in `shape`: for
+    /// one copy, its stripe's rows (the same rows on every member, so one model member
+    /// stands for all); with copies, each copy's chunk slot on its own member.
+    fn cells(shape: &StripedShape, s: u64) -> Vec<(usize, u64, u64)> {
+        let cs = shape.chunk_sectors;
+        if shape.copies == 1 {
+            let (lo, hi) = shape.member_span(s, s + 1);
+            return vec![(0, lo, hi)];
+        }
+        (0..shape.copies)
+            .map(|k| {
+                let slot = s / cs * shape.copies + k;
+                let row = shape.data_offset_sectors + slot / shape.data_disks * cs;
+                ((slot % shape.data_disks) as usize, row, row + cs)
+            })
+            .collect()
+    }
+
+    /// Replays a whole reshape on a model of the members (each sector labelled with the
+    /// array unit it holds, per shape) and checks, at every instant a crash could happen
+    /// (between any two units' or copies' writes), that reading below the recorded
+    /// position from the new shape and the rest from the old one finds every sector's data
+    /// in every copy.
     fn replay(p: &WindowPlanner) -> Result<usize, String> {
         #[derive(Clone, Copy, PartialEq, Debug)]
-        enum Row {
+        enum Cell {
             Free,
             Old(u64),
             New(u64),
         }
         let rows = p.old.member_span(0, p.old.array_sectors).1.max(p.new.member_span(0, p.end_sectors()).1) as usize + 1;
-        let mut member = vec![Row::Free; rows];
+        let disks = p.old.data_disks.max(p.new.data_disks) as usize;
+        let mut member = vec![vec![Cell::Free; rows]; disks];
+        let write = |member: &mut Vec<Vec<Cell>>, (disk, lo, hi): (usize, u64, u64), cell: Cell| {
+            member[disk][lo as usize..hi as usize].fill(cell);
+        };
         for s in (0..p.old.array_sectors).step_by(p.old.stripe_sectors() as usize) {
-            let (lo, hi) = p.old.member_span(s, s + 1);
-            member[lo as usize..hi as usize].fill(Row::Old(s / p.old.stripe_sectors()));
+            for c in cells(&p.old, s) {
+                write(&mut member, c, Cell::Old(s / p.old.stripe_sectors()));
+            }
         }
-        let intact = |member: &[Row], checkpoint: u64| -> Result<(), String> {
+        let intact = |member: &[Vec<Cell>], checkpoint: u64| -> Result<(), String> {
             let limit = p.old.array_sectors.min(p.end_sectors());
             for s in (0..limit).step_by(p.unit_sectors().min(p.old.stripe_sectors()).min(p.new.stripe_sectors()) as usize) {
                 let new_side = if p.backwards { s >= checkpoint } else { s < checkpoint };
-                let (shape, want) =
-                    if new_side { (&p.new, Row::New(s / p.new.stripe_sectors())) } else { (&p.old, Row::Old(s / p.old.stripe_sectors())) };
-                let row = shape.member_span(s, s + 1).0 as usize;
-                if member[row] != want {
-                    return Err(format!("sector {s} lost: row {row} holds {:?}, want {want:?} (checkpoint {checkpoint})", member[row]));
+                let (shape, want) = if new_side {
+                    (&p.new, Cell::New(s / p.new.stripe_sectors()))
+                } else {
+                    (&p.old, Cell::Old(s / p.old.stripe_sectors()))
+                };
+                for (disk, lo, _) in cells(shape, s) {
+                    let found = member[disk][lo as usize];
+                    if found != want {
+                        return Err(format!(
+                            "sector {s} lost: member {disk} row {lo} holds {found:?}, want {want:?} (checkpoint {checkpoint})"
+                        ));
+                    }
                 }
             }
             Ok(())
@@ -267,11 +329,12 @@ mod tests {
                 checkpoint = position;
             }
             intact(&member, checkpoint)?;
-            // Each row of the window written, one by one: a crash may come between any two.
+            // Each unit of the window written, copy by copy: a crash may come between any two.
             for s in (w.first..w.end).step_by(p.new.stripe_sectors() as usize) {
-                let (lo, hi) = p.new.member_span(s, s + 1);
-                member[lo as usize..hi as usize].fill(Row::New(s / p.new.stripe_sectors()));
-                intact(&member, checkpoint)?;
+                for c in cells(&p.new, s) {
+                    write(&mut member, c, Cell::New(s / p.new.stripe_sectors()));
+                    intact(&member, checkpoint)?;
+                }
             }
             position = if p.backwards { w.first } else { w.end };
             steps += 1;
@@ -300,12 +363,76 @@ mod tests {
             let old_off = 256 + if backwards { 0 } else { gap_rows * 8 };
             let new_off = 256 + if backwards { gap_rows * 8 } else { 0 };
             let p = WindowPlanner {
-                old: StripedShape { data_disks: old_disks, chunk_sectors: oc, data_offset_sectors: old_off, array_sectors: component * old_disks },
-                new: StripedShape { data_disks: new_disks, chunk_sectors: nc, data_offset_sectors: new_off, array_sectors: component * new_disks },
+                old: StripedShape::parity(old_disks, oc, old_off, component * old_disks),
+                new: StripedShape::parity(new_disks, nc, new_off, component * new_disks),
                 backwards,
                 max_window_sectors: 1,
             };
             let p = WindowPlanner { max_window_sectors: p.unit_sectors() * max_units, ..p };
+            match replay(&p) {
+                Ok(_) => {}
+                Err(e) if e.contains("backup file") => {}
+                Err(e) => proptest::prop_assert!(false, "{}", e),
+            }
+        }
+    }
+
+    /// A RAID10 near shape of `disks` members holding `component` sectors each, as md
+    /// sizes it (raid10.c `raid10_size`).
+    fn near(disks: u64, copies: u64, chunk: u64, offset: u64, component: u64) -> StripedShape {
+        StripedShape {
+            data_disks: disks,
+            copies,
+            chunk_sectors: chunk,
+            data_offset_sectors: offset,
+            array_sectors: component / chunk * disks / copies * chunk,
+        }
+    }
+
+    #[test]
+    fn a_raid10_grow_places_chunks_by_slot_and_starts_anywhere() {
+        // n2 over 3 members: chunk 0 fills row 0 slots 0-1, chunk 1 slot 2 of row 0 and
+        // slot 0 of row 1.
+        let s = near(3, 2, 128, 2048, 128 * 100);
+        assert_eq!(s.member_span(0, 128), (2048, 2048 + 128));
+        assert_eq!(s.member_span(128, 256), (2048, 2048 + 256));
+        assert_eq!(s.member_span(130, 131), (2048, 2048 + 256));
+        assert_eq!(s.stripe_sectors(), 128);
+        // mdadm moves a RAID10 grow's data down by one chunk.
+        let p = WindowPlanner { old: s, new: near(4, 2, 128, 2048 - 128, 128 * 100 + 128), backwards: false, max_window_sectors: 1 << 14 };
+        assert_eq!(p.unit_sectors(), 128);
+        let w = p.next(0, 0).unwrap().unwrap();
+        assert_eq!((w.first, w.checkpoint_first), (0, false));
+        // md parks a RAID10 reshape on any 64 KiB; a 512 KiB chunk's middle is a place to
+        // continue from, up to the next chunk.
+        let w = p.next(64, 64).unwrap().unwrap();
+        assert_eq!(w.first, 64);
+        assert!(w.end.is_multiple_of(128) && w.end > 64);
+        assert!(replay(&p).unwrap() > 1);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+        /// RAID10 near reshapes (any member counts and copies, forwards with the data moved
+        /// down or backwards with it moved up): every copy of every sector stays readable at
+        /// every instant, or the reshape is refused up front.
+        #[test]
+        fn every_planned_raid10_reshape_keeps_every_copy_readable(
+            old_disks in 2u64..7, new_disks in 2u64..9, copies in 2u64..4, chunk_pow in 0u32..3,
+            chunks in 4u64..40, gap_chunks in 0u64..3, backwards: bool, max_units in 1u64..6,
+        ) {
+            proptest::prop_assume!(copies <= old_disks.min(new_disks));
+            let chunk = 8u64 << chunk_pow;
+            let gap = gap_chunks * chunk + 8;
+            let component = chunks * chunk;
+            let (old_off, new_off) = if backwards { (256, 256 + gap) } else { (256 + gap, 256) };
+            let old = near(old_disks, copies, chunk, old_off, component);
+            let mut new = near(new_disks, copies, chunk, new_off, component);
+            // The data area keeps its end: the new shape gains what the offset moved down.
+            if !backwards {
+                new = near(new_disks, copies, chunk, new_off, (component + gap) / chunk * chunk);
+            }
+            let p = WindowPlanner { old, new, backwards, max_window_sectors: chunk * max_units };
             match replay(&p) {
                 Ok(_) => {}
                 Err(e) if e.contains("backup file") => {}

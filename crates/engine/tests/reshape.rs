@@ -169,6 +169,10 @@ fn a_crash_at_any_instant_of_a_grow_or_shrink_under_writes_loses_no_flushed_writ
         (Level::Raid5, 4, 13, false, None),
         (Level::Raid6, 5, 14, false, None),
         (Level::Raid6, 4, 15, true, Some(1)),
+        // RAID10 near, 2 copies: 3 -> 4 and 4 -> 5 members (a chunk's copies spill into
+        // the next row with an odd count), the data moved down one chunk as mdadm does.
+        (Level::Raid10, 3, 16, true, None),
+        (Level::Raid10, 4, 17, true, None),
     ] {
         let mut shape = Shape::new(level, disks).spares(usize::from(grow));
         shape.member_bytes = 2 << 20;
@@ -186,7 +190,11 @@ fn a_crash_at_any_instant_of_a_grow_or_shrink_under_writes_loses_no_flushed_writ
         let original = read_all(&open(&images, false));
         let mut opts = ArrayOptions { writable: true, ..Default::default() };
         opts.assemble.run = missing.is_some();
-        let parity = if level == Level::Raid6 { 2 } else { 1 };
+        let parity = match level {
+            Level::Raid6 => 2,
+            Level::Raid10 => 0,
+            _ => 1,
+        };
         let req = if grow {
             GrowRequest { raid_disks: Some(disks as u32 + 1), ..Default::default() }
         } else {
@@ -199,6 +207,7 @@ fn a_crash_at_any_instant_of_a_grow_or_shrink_under_writes_loses_no_flushed_writ
         let chunk = shape.chunk_kib as usize * 2;
         let hole_unit = num_lcm(old_dd * chunk, new_dd * chunk);
         let what_reshape = match (grow, missing) {
+            (true, None) if level == Level::Raid10 => "near grow",
             (true, None) => "grow",
             (true, Some(_)) => "degraded grow",
             (false, _) => "shrink",

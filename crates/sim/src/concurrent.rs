@@ -102,6 +102,8 @@ pub struct ConcurrentOutcome {
     pub reshaped: bool,
     /// That reshape removed a member (a shrink, run backwards).
     pub shrunk: bool,
+    /// That reshape was a RAID10 near grow (chunks copied to every copy of the new shape).
+    pub mirror_grown: bool,
     /// A fault (a member failing, latent or unwritable sectors) was injected while the
     /// reshape ran.
     pub reshape_faulted: bool,
@@ -452,16 +454,20 @@ fn plan(seed: u64, limits: &ConcurrentLimits) -> Plan {
     // double fault), and not both in one episode.
     let unwritable = (fail_ok && latent.is_none() && (crash_at.is_none() || mirrored) && rng.chance(40))
         .then(|| (rng.range(1, span), other_disk(&mut rng), rng.range(1, 4)));
-    // Reshapes of RAID4/5/6 without a bitmap (as uraid reshapes them), under every fault
+    // Reshapes of RAID4/5/6 and RAID10 near without a bitmap (as uraid reshapes them), under every fault
     // drawn above: a crash at any tick, or a member failing (a degraded reshape), or latent
     // or unwritable sectors (never a crash with those, for the write-hole reason above).
     // Not with a hot replace: uraid reshapes only an array with no job pending.
-    let reshapable = matches!(level, Level::Raid4 | Level::Raid5 | Level::Raid6) && !shape.bitmap;
+    // RAID10 near gets a member more from its spare (the one change uraid makes to it).
+    let near_raid10 = level == Level::Raid10 && shape.layout == Some(0x102) && shape.spares > 0;
+    let reshapable = (matches!(level, Level::Raid4 | Level::Raid5 | Level::Raid6) || near_raid10) && !shape.bitmap;
     // A shrink (one member fewer, md's backwards reshape) needs the array cut first: to what
     // the clients use, far below the new capacity.
     let shrinkable = if level == Level::Raid6 { disks >= 5 } else { disks >= 4 };
-    let reshape = (reshapable && !replace && rng.chance(30)).then(|| match rng.below(4) {
+    // (RAID10 near grows more often: few episodes qualify, a spare and a near layout.)
+    let reshape = (reshapable && !replace && rng.chance(if near_raid10 { 90 } else { 30 })).then(|| match rng.below(4) {
         0 if shape.spares > 0 => GrowRequest { raid_disks: Some(disks as u32 + 1), ..Default::default() },
+        _ if near_raid10 => GrowRequest { raid_disks: Some(disks as u32 + 1), ..Default::default() },
         3 if shrinkable => GrowRequest {
             raid_disks: Some(disks as u32 - 1),
             array_size_sectors: Some((blocks * BLOCK) as u64 / 512),
@@ -889,6 +895,7 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
     outcome.reshape_refused = reshape_refused.load(Ordering::Acquire);
     outcome.reshaped = plan.reshape.is_some() && !outcome.reshape_refused;
     outcome.shrunk = outcome.reshaped && plan.reshape.as_ref().and_then(|r| r.raid_disks).is_some_and(|n| (n as usize) < shape.disks);
+    outcome.mirror_grown = outcome.reshaped && shape.level == Level::Raid10;
     if outcome.crashed {
         // The old array may try to close itself while dropped; the disks are off.
         drop(array);

@@ -75,8 +75,11 @@ pub enum GrowError {
     NothingToChange,
     #[error("md cannot take a RAID{from} over as RAID{to}{hint}")]
     Takeover { from: i32, to: i32, hint: &'static str },
-    #[error("uraid reshapes RAID4, RAID5 and RAID6 (level {0} here); a RAID0 gets more members with the new devices given (uraid grow DEVS -n N --add NEW), through a RAID4 as md does")]
+    #[error("uraid reshapes RAID4, RAID5, RAID6 and RAID10 near (level {0} here); a RAID0 gets more members with the new devices given (uraid grow DEVS -n N --add NEW), through a RAID4 as md does")]
     Level(i32),
+    /// A RAID10 change md refuses, or one md makes that uraid does not yet.
+    #[error("{0}")]
+    Raid10(&'static str),
     #[error(
         "this change will reduce the size of the array to {kib}K; truncate it first with --array-size {kib}K (or less; \
          whatever lies beyond is dropped), as mdadm asks for --grow --array-size first",
@@ -147,6 +150,9 @@ fn lcm(a: u64, b: u64) -> u64 {
 /// array's spares by `dev_number`, in the order they take new roles; `room`: the tightest
 /// free space around the data over every member and spare.
 pub fn plan_grow(sb: &Superblock1, req: &GrowRequest, spares: &[u32], room: Room) -> Result<GrowPlan, GrowError> {
+    if sb.level == 10 {
+        return plan_raid10_grow(sb, req, spares, room);
+    }
     let parity = parity_disks(sb.level).ok_or(GrowError::Level(sb.level))?;
     let old = SideShape { level: sb.level, layout: sb.layout, chunk_sectors: sb.chunksize_sectors, raid_disks: sb.raid_disks };
     let new = SideShape {
@@ -243,6 +249,76 @@ pub fn plan_grow(sb: &Superblock1, req: &GrowRequest, spares: &[u32], room: Room
         new_roles,
         rebuilt_by_reshape,
         size_sectors,
+    })
+}
+
+/// A RAID10 reshape, as mdadm plans one (Grow.c `analyse_change` case 10,
+/// `raid10_reshape`) and raid10.c runs it (`raid10_start_reshape`): no backup, ever; the
+/// data offset moves by the larger chunk (`min_offset_change`), down when members are
+/// added, and the reshape runs forwards. uraid adds members to a near layout; md also
+/// reshapes offset layouts, switches near and offset, changes the chunk and removes
+/// members, which uraid refuses with what to use instead.
+fn plan_raid10_grow(sb: &Superblock1, req: &GrowRequest, spares: &[u32], room: Room) -> Result<GrowPlan, GrowError> {
+    let copies = |layout: u32| (layout & 0xff) * ((layout >> 8) & 0xff);
+    let far_mode = |layout: u32| (layout >> 8) & 0xff > 1 && layout & (1 << 16) == 0;
+    if far_mode(sb.layout) {
+        return Err(GrowError::Raid10("md cannot reshape a RAID10 far layout (mdadm: \"Cannot reshape RAID10 in far-mode\")"));
+    }
+    if let Some(layout) = req.layout.filter(|&l| l != sb.layout) {
+        return Err(GrowError::Raid10(if far_mode(layout) {
+            "md cannot reshape a RAID10 to a far layout"
+        } else if copies(layout) != copies(sb.layout) {
+            "md cannot change the number of copies of a RAID10"
+        } else {
+            "uraid does not switch a RAID10 between near and offset layouts yet (md does: mdadm --grow --layout)"
+        }));
+    }
+    if (sb.layout >> 8) & 0xff > 1 {
+        return Err(GrowError::Raid10(
+            "uraid adds members to RAID10 near layouts only; md also reshapes offset layouts (mdadm --grow --raid-devices)",
+        ));
+    }
+    if req.chunk_sectors.is_some_and(|c| c != sb.chunksize_sectors) {
+        return Err(GrowError::Raid10("uraid does not change a RAID10's chunk yet (md does: mdadm --grow --chunk)"));
+    }
+    let old_disks = sb.raid_disks;
+    let new_disks = req.raid_disks.unwrap_or(old_disks);
+    if new_disks == old_disks {
+        return Err(if req.array_size_sectors.is_some() { GrowError::ArraySizeAlone } else { GrowError::NothingToChange });
+    }
+    if new_disks < old_disks {
+        return Err(GrowError::Raid10(
+            "uraid adds members to a RAID10 but does not remove them yet (md does, after --array-size: mdadm --grow --raid-devices)",
+        ));
+    }
+    if req.array_size_sectors.is_some() {
+        return Err(GrowError::ArraySizeAlone);
+    }
+    let needed = (new_disks - old_disks) as usize;
+    if spares.len() < needed {
+        return Err(GrowError::NeedSpares { wanted: new_disks, needed, have: spares.len() });
+    }
+    // raid10.c `raid10_start_reshape`: the offsets must differ by at least a chunk (times
+    // the far copies, 1 here); mdadm moves them by exactly that.
+    let move_by = u64::from(sb.chunksize_sectors);
+    if room.before_sectors < move_by {
+        return Err(GrowError::NoRoom { needed: move_by, have: room.before_sectors, where_: "before" });
+    }
+    let shape = |raid_disks: u32| SideShape { level: 10, layout: sb.layout, chunk_sectors: sb.chunksize_sectors, raid_disks };
+    // `raid10_add_disk` gives each spare the lowest free slot: the new roles, the array
+    // being whole (uraid grows complete RAID10s only).
+    let new_roles = spares.iter().zip(old_disks..new_disks).map(|(&dev, role)| (dev, role as u16)).collect();
+    Ok(GrowPlan {
+        state: ReshapeState {
+            position_sectors: 0,
+            backwards: false,
+            old: shape(old_disks),
+            new: shape(new_disks),
+            new_offset_sectors: -(move_by as i64),
+        },
+        new_roles,
+        rebuilt_by_reshape: Vec::new(),
+        size_sectors: sb.size_sectors,
     })
 }
 
@@ -529,6 +605,33 @@ mod tests {
         r6.raid_disks = 4;
         let plan = plan_grow(&r6, &GrowRequest { raid_disks: Some(5), ..Default::default() }, &[3], ROOM).unwrap();
         assert_eq!(plan.state.new_offset_sectors, -384);
+    }
+
+    #[test]
+    fn a_raid10_near_grow_moves_the_data_down_one_chunk_and_refuses_what_md_or_uraid_does_not_do() {
+        let mut sb = raid5_3();
+        sb.level = 10;
+        sb.layout = 0x102;
+        sb.chunksize_sectors = 128;
+        let to = |n: u32| GrowRequest { raid_disks: Some(n), ..Default::default() };
+        let plan = plan_grow(&sb, &to(4), &[3], ROOM).unwrap();
+        assert_eq!((plan.state.new_offset_sectors, plan.state.backwards, plan.state.position_sectors), (-128, false, 0));
+        assert_eq!((plan.state.old.raid_disks, plan.state.new.raid_disks, plan.state.new.layout), (3, 4, 0x102));
+        assert_eq!(plan.new_roles, vec![(3, 3)]);
+        let mut rec = sb.clone();
+        plan.apply(&mut rec);
+        assert_eq!(ReshapeState::from_superblock(&rec).unwrap(), plan.state);
+        assert_eq!(plan_grow(&sb, &to(5), &[3], ROOM), Err(GrowError::NeedSpares { wanted: 5, needed: 2, have: 1 }));
+        assert!(matches!(plan_grow(&sb, &to(4), &[3], Room { before_sectors: 64, after_sectors: 0 }), Err(GrowError::NoRoom { .. })));
+        assert!(matches!(plan_grow(&sb, &to(2), &[], ROOM), Err(GrowError::Raid10(_))));
+        let chunk = GrowRequest { chunk_sectors: Some(256), ..to(4) };
+        assert!(matches!(plan_grow(&sb, &chunk, &[3], ROOM), Err(GrowError::Raid10(_))));
+        let three_copies = GrowRequest { layout: Some(0x103), ..to(4) };
+        assert_eq!(plan_grow(&sb, &three_copies, &[3], ROOM), Err(GrowError::Raid10("md cannot change the number of copies of a RAID10")));
+        for layout in [0x201, 0x10201] {
+            let far = Superblock1 { layout, ..sb.clone() };
+            assert!(matches!(plan_grow(&far, &to(4), &[3], ROOM), Err(GrowError::Raid10(_))), "layout {layout:#x}");
+        }
     }
 
     #[test]

@@ -116,18 +116,26 @@ pub struct ReshapingArray {
     piece_buffers: Mutex<Vec<Vec<u8>>>,
 }
 
-/// The striped shape of one side, for the window planner; `None` for a level the planner
-/// does not cover (mirrors, linear).
+/// The striped shape of one side, for the window planner; `None` for a shape the planner
+/// does not cover (mirrors, linear, RAID10 far and offset).
 fn striped_shape(array: &Array, data_offset_sectors: u64) -> Option<StripedShape> {
-    let chunk = array.geometry().chunk_sectors()?;
-    let parity = match array.level() {
-        Level::Raid0 => 0,
-        Level::Raid4 | Level::Raid5 => 1,
-        Level::Raid6 => 2,
-        _ => return None,
+    let geometry = array.geometry();
+    let chunk = geometry.chunk_sectors()?;
+    let array_sectors = geometry.array_sectors();
+    let parity = match geometry {
+        uraid_core::geometry::Geometry::Raid10(g) if g.far_copies() == 1 => {
+            let (slots, copies) = (g.raid_disks() as u64, g.near_copies() as u64);
+            return Some(StripedShape { data_disks: slots, copies, chunk_sectors: chunk, data_offset_sectors, array_sectors });
+        }
+        _ => match array.level() {
+            Level::Raid0 => 0,
+            Level::Raid4 | Level::Raid5 => 1,
+            Level::Raid6 => 2,
+            _ => return None,
+        },
     };
-    let data_disks = array.geometry().raid_disks().checked_sub(parity)? as u64;
-    Some(StripedShape { data_disks, chunk_sectors: chunk, data_offset_sectors, array_sectors: array.geometry().array_sectors() })
+    let data_disks = geometry.raid_disks().checked_sub(parity)? as u64;
+    Some(StripedShape::parity(data_disks, chunk, data_offset_sectors, array_sectors))
 }
 
 /// Reads the newest v1 superblock of every device; all must belong to one array.
@@ -213,8 +221,10 @@ impl ReshapingArray {
         // A shrink of a degraded array would leave the member it removes as a spare to be
         // rebuilt into the missing role afterwards (md allows it); uraid shrinks complete
         // arrays only, for now.
-        let may_miss = if req.raid_disks.is_some_and(|n| n < newest.raid_disks) { super::MayMiss::Nothing } else { super::MayMiss::Any };
-        let what = if may_miss == super::MayMiss::Nothing { "removing members" } else { "reshaping" };
+        // A RAID10 is grown whole, for now (md gives a spare a missing role first).
+        let shrinks = req.raid_disks.is_some_and(|n| n < newest.raid_disks);
+        let may_miss = if shrinks || newest.level == 10 { super::MayMiss::Nothing } else { super::MayMiss::Any };
+        let what = if shrinks { "removing members" } else { "reshaping" };
         let spares = super::spares_of_a_changeable_array_missing(&devices, opts, what, may_miss)?;
         if newest.feature_map.contains(FeatureMap::BITMAP_OFFSET) {
             return Err(EngineError::Unsupported(
@@ -299,7 +309,8 @@ impl ReshapingArray {
             if let (Some(offset), true) = (sb.recovery_offset(), u32::from(role) < state.old.raid_disks.min(0xff00)) {
                 let own = own_positions[i];
                 let follows = own != MAX_SECTOR && offset >= own / new_data_disks;
-                if state.backwards || !follows {
+                // (md's raid10 rebuilds a member after a reshape, never with it.)
+                if state.backwards || !follows || state.new.level == 10 {
                     return Err(EngineError::Unsupported(format!(
                         "{}: rebuilding in role {role} behind the reshape (at {offset} of {} sectors): uraid continues only a \
                          reshape whose rebuilding members follow it; finish it with mdadm",
@@ -363,7 +374,7 @@ impl ReshapingArray {
         let new_offset = (data_offset as i64 + state.new_offset_sectors).max(0) as u64;
         let (Some(old_shape), Some(new_shape)) = (striped_shape(&old, data_offset), striped_shape(&new, new_offset)) else {
             return Err(EngineError::Unsupported(format!(
-                "uraid continues reshapes of striped arrays (RAID0/4/5/6); this one goes from {} to {}",
+                "uraid continues reshapes of striped arrays (RAID0/4/5/6, RAID10 near); this one goes from {} to {}",
                 old.level(),
                 new.level()
             )));
