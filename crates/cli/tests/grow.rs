@@ -439,6 +439,22 @@ fn a_degraded_array_reshapes_degraded_with_run() {
     assert_eq!((ex[0]["chunk_size_kib"].as_u64(), ex[0]["array_state"].as_str()), (Some(128), Some("A.A")), "{ex}");
     let out = ok(dir, &with_devs(&["read", "--run"], &left));
     assert_eq!(&out.stdout[..content.len()], &content[..], "content after a degraded reshape");
+
+    // A shrink too (md allows it): RAID5 4 -> 3 without member 1. The member leaving
+    // (role 3) becomes a spare, as md's raid5_finish_reshape leaves it, for the missing
+    // role to be rebuilt onto.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (devs, content) = filled(dir, "5", 4, &[]);
+    let left: Vec<String> = [0, 2, 3, 4].iter().map(|&i| devs[i].clone()).collect();
+    let cut = content.len() / 3;
+    let cut_arg = format!("{}K", cut / 1024);
+    ok(dir, &with_devs(&["grow", "-q", "--run", "-n", "3", "--array-size", &cut_arg], &left));
+    let ex = json(&ok(dir, &with_devs(&["examine", "--json"], &left)));
+    let states: Vec<&str> = ex.as_array().unwrap().iter().map(|e| e["array_state"].as_str().unwrap_or("")).collect();
+    assert!(ex.as_array().unwrap().iter().all(|e| e["raid_devices"] == 3) && states.iter().all(|s| *s == "A.A"), "{ex}");
+    let out = ok(dir, &with_devs(&["read", "--run"], &left));
+    assert_eq!(&out.stdout[..cut], &content[..cut], "content up to the cut after a degraded shrink");
 }
 
 /// A 0.90 array md has just started growing (0.91 superblocks, position 0: nothing moved

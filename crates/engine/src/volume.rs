@@ -145,6 +145,9 @@ impl LiveArray {
         }
         r.close()?;
         let (array, _) = Array::assemble(r.device_handles(), &running(opts))?;
+        // A degraded shrink leaves the member it removed a spare: it rebuilds the missing
+        // role at once, as md's `remove_and_add_spares` does after the reshape.
+        array.start_recovery_if_possible();
         let array = Arc::new(array);
         *stage = Stage::Plain(array.clone());
         Ok(array)

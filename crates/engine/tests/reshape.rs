@@ -169,6 +169,9 @@ fn a_crash_at_any_instant_of_a_grow_or_shrink_under_writes_loses_no_flushed_writ
         (Level::Raid5, 4, 13, false, None),
         (Level::Raid6, 5, 14, false, None),
         (Level::Raid6, 4, 15, true, Some(1)),
+        // A shrink of a RAID6 missing member 1: both shapes degraded; the member leaving
+        // becomes a spare, rebuilt into role 1 after the restart.
+        (Level::Raid6, 5, 18, false, Some(1)),
         // RAID10 near, 2 copies: 3 -> 4 and 4 -> 5 members (a chunk's copies spill into
         // the next row with an odd count), the data moved down one chunk as mdadm does.
         (Level::Raid10, 3, 16, true, None),
@@ -210,7 +213,8 @@ fn a_crash_at_any_instant_of_a_grow_or_shrink_under_writes_loses_no_flushed_writ
             (true, None) if level == Level::Raid10 => "near grow",
             (true, None) => "grow",
             (true, Some(_)) => "degraded grow",
-            (false, _) => "shrink",
+            (false, None) => "shrink",
+            (false, Some(_)) => "degraded shrink",
         };
         let size = array.size_bytes() as usize;
         let mut rng = Rng::new(seed);

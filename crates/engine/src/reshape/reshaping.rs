@@ -218,12 +218,13 @@ impl ReshapingArray {
                 *role = 0xfffe;
             }
         }
-        // A shrink of a degraded array would leave the member it removes as a spare to be
-        // rebuilt into the missing role afterwards (md allows it); uraid shrinks complete
-        // arrays only, for now.
-        // A RAID10 is grown whole, for now (md gives a spare a missing role first).
+        // A degraded array reshapes degraded, as md allows (`raid5_start_reshape` counts
+        // what is missing against what the level survives). A shrink leaves the member it
+        // removes a spare at the end, which then rebuilds the missing role (md's
+        // `raid5_finish_reshape` and `remove_and_add_spares`; uraid at the next assembly
+        // that runs jobs). A RAID10 is grown whole, for now.
         let shrinks = req.raid_disks.is_some_and(|n| n < newest.raid_disks);
-        let may_miss = if shrinks || newest.level == 10 { super::MayMiss::Nothing } else { super::MayMiss::Any };
+        let may_miss = if newest.level == 10 { super::MayMiss::Nothing } else { super::MayMiss::Any };
         let what = if shrinks { "removing members" } else { "reshaping" };
         let spares = super::spares_of_a_changeable_array_missing(&devices, opts, what, may_miss)?;
         if newest.feature_map.contains(FeatureMap::BITMAP_OFFSET) {
