@@ -8,5 +8,6 @@ pub mod assemble;
 pub mod geometry;
 pub mod metadata;
 pub mod plan;
+pub mod reshape_order;
 pub mod reshape_window;
 pub mod state;

@@ -221,8 +221,17 @@ impl WindowPlanner {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// What a model member sector holds: nothing, or the unit (stripe or chunk) of the old
+    /// or the new shape with that index.
+    #[derive(Clone, Copy, PartialEq, Debug)]
+    pub(crate) enum Cell {
+        Free,
+        Old(u64),
+        New(u64),
+    }
 
     /// md's RAID5 3 -> 4 grow of the reshape corpus: 64K chunks, data moved 384 sectors
     /// down, 30720 sectors per member.
@@ -265,7 +274,7 @@ mod tests {
     /// The member extents `(member, first, end)` that hold array sector `s` in `shape`: for
     /// one copy, its stripe's rows (the same rows on every member, so one model member
     /// stands for all); with copies, each copy's chunk slot on its own member.
-    fn cells(shape: &StripedShape, s: u64) -> Vec<(usize, u64, u64)> {
+    pub(crate) fn cells(shape: &StripedShape, s: u64) -> Vec<(usize, u64, u64)> {
         let cs = shape.chunk_sectors;
         if shape.copies == 1 {
             let (lo, hi) = shape.member_span(s, s + 1);
@@ -286,12 +295,6 @@ mod tests {
     /// position from the new shape and the rest from the old one finds every sector's data
     /// in every copy.
     fn replay(p: &WindowPlanner) -> Result<usize, String> {
-        #[derive(Clone, Copy, PartialEq, Debug)]
-        enum Cell {
-            Free,
-            Old(u64),
-            New(u64),
-        }
         let rows = p.old.member_span(0, p.old.array_sectors).1.max(p.new.member_span(0, p.end_sectors()).1) as usize + 1;
         let disks = p.old.data_disks.max(p.new.data_disks) as usize;
         let mut member = vec![vec![Cell::Free; rows]; disks];

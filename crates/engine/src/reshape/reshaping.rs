@@ -31,6 +31,7 @@ use uraid_core::geometry::{Level, SECTOR_BYTES};
 use uraid_core::metadata::grow::{plan_grow, GrowRequest, Room};
 use uraid_core::metadata::reshape::{ReshapeState, Side};
 use uraid_core::metadata::{FeatureMap, Superblock, Superblock1, MAX_SECTOR};
+use uraid_core::reshape_order::{StepOrder, Turn};
 use uraid_core::reshape_window::{StripedShape, Window, WindowPlanner};
 
 /// Array bytes moved per window, and per step (several windows when they are smaller), at
@@ -69,16 +70,8 @@ struct Progress {
 
 /// Where the windows of one step stand (`ReshapingArray::move_windows`).
 struct Batch {
-    /// Pieces read, and written, per window.
-    read: Vec<usize>,
-    written: Vec<usize>,
-    /// Windows written whole, from the first: the position is past them.
-    completed: usize,
-    /// Windows `[0, recorded)` have their checkpoint (if they asked for one) on disk: the
-    /// first one's is the caller's.
-    recorded: usize,
-    /// A worker is taking a window's checkpoint (the others wait for it to be on disk).
-    checkpointing: bool,
+    /// md's order rules (`uraid_core::reshape_order`).
+    order: StepOrder,
     /// The first failure: every worker stops.
     error: Option<EngineError>,
 }
@@ -742,12 +735,8 @@ impl ReshapingArray {
     ///
     /// Each window goes in pieces of whole new-shape stripes, moved by one worker per core,
     /// each reading its piece and then writing it, member I/O in line on buffered members
-    /// (`parallel::in_line`). The order rules, md's: a piece may be read at any time (no
-    /// write of this batch lands on old rows a restart would read, and those include every
-    /// later window's); a piece of window j is written only once every piece of the windows
-    /// before it has been read (window j's new rows may cover theirs), and, when the
-    /// planner asked for a checkpoint before window j, once the windows before it are
-    /// written, flushed and recorded. Measured with `uraid bench reshape` (2 cores,
+    /// (`parallel::in_line`), in the order md's rules allow (`uraid_core::reshape_order`,
+    /// property-tested there under random interleavings of workers). Measured with `uraid bench reshape` (2 cores,
     /// tmpfs): one thread reading then writing each window reached 0.2–0.4 of the members'
     /// bound (0.4–0.5 for a chunk change, whose windows are one stripe each); a reader
     /// thread feeding a writer 0.45–0.55 (the writer, with parity and two thirds of the
@@ -764,18 +753,7 @@ impl ReshapingArray {
             .flat_map(|(j, w)| (w.first..w.end).step_by(piece as usize).map(move |lo| (j, lo, (lo + piece).min(w.end))))
             .collect();
         let per_window: Vec<usize> = (0..windows.len()).map(|j| pieces.iter().filter(|p| p.0 == j).count()).collect();
-        // The planner made window j safe against the checkpoint of the last window up to j
-        // that asked for one: that one must be on disk before window j is written.
-        let last_checkpoint: Vec<usize> =
-            (0..windows.len()).map(|j| (0..=j).rev().find(|&i| i == 0 || windows[i].checkpoint_first).unwrap_or(0)).collect();
-        let batch = Mutex::new(Batch {
-            read: vec![0; windows.len()],
-            written: vec![0; windows.len()],
-            completed: 0,
-            recorded: 1,
-            checkpointing: false,
-            error: None,
-        });
+        let batch = Mutex::new(Batch { order: StepOrder::new(windows, per_window), error: None });
         let changed = Condvar::new();
         let next = AtomicU64::new(0);
         let read_piece = |lo: u64, hi: u64, buf: &mut Vec<u8>| -> Result<(), EngineError> {
@@ -802,29 +780,21 @@ impl ReshapingArray {
                 if b.error.is_some() {
                     return false;
                 }
-                let reads_done = (0..j).all(|i| b.read[i] == per_window[i]);
-                if reads_done && b.recorded > last_checkpoint[j] {
-                    return true;
-                }
-                // (`recorded` may be below j: windows without a checkpoint of their own need
-                // none taken.)
-                if reads_done && last_checkpoint[j] == j && b.completed == j && b.recorded <= j && !b.checkpointing {
-                    // Every window before j is written: record their end. `recorded` moves
-                    // only once it is on disk, so no other piece of window j (or a later
-                    // window relying on this checkpoint) is written meanwhile.
-                    b.checkpointing = true;
-                    drop(b);
-                    let recorded = self.checkpoint();
-                    let mut b = lock();
-                    b.checkpointing = false;
-                    if recorded.is_ok() {
-                        b.recorded = j + 1;
+                match b.order.turn(j) {
+                    Turn::Write => return true,
+                    Turn::Checkpoint => {
+                        // Every window before j is written: record their end. It counts
+                        // as taken only once on disk, so nothing relying on it is written
+                        // meanwhile.
+                        b.order.begin_checkpoint();
+                        drop(b);
+                        let recorded = self.checkpoint();
+                        lock().order.end_checkpoint(j, recorded.is_ok());
+                        changed.notify_all();
+                        return recorded.map_err(fail).is_ok();
                     }
-                    drop(b);
-                    changed.notify_all();
-                    return recorded.map_err(fail).is_ok();
+                    Turn::Wait => b = changed.wait(b).unwrap_or_else(|p| p.into_inner()),
                 }
-                b = changed.wait(b).unwrap_or_else(|p| p.into_inner());
             }
         };
         let worker = || {
@@ -837,7 +807,7 @@ impl ReshapingArray {
                     fail(e);
                     break;
                 }
-                lock().read[j] += 1;
+                lock().order.read_done(j);
                 changed.notify_all();
                 if !await_turn(j) {
                     break;
@@ -848,12 +818,10 @@ impl ReshapingArray {
                 }
                 {
                     let mut b = lock();
-                    b.written[j] += 1;
                     // Windows written whole, in order: the position follows them.
-                    while b.completed < windows.len() && b.written[b.completed] == per_window[b.completed] {
-                        let w = windows[b.completed];
+                    for done in b.order.written(j) {
+                        let w = windows[done];
                         self.lock_progress().position = if self.planner.backwards { w.first } else { w.end };
-                        b.completed += 1;
                     }
                 }
                 changed.notify_all();
