@@ -58,6 +58,10 @@ pub enum Request {
         /// mdadm --array-size, sectors: the size a shrink may cut the array to.
         #[serde(default)]
         array_size_sectors: Option<u64>,
+        /// New devices (absolute paths) of a RAID0 that gets more members (mdadm --grow
+        /// -n N --add).
+        #[serde(default)]
+        add: Vec<String>,
     },
     Stop,
 }

@@ -85,6 +85,9 @@ enum ShapeChange {
     Grow(GrowRequest),
     /// The members' used size (`uraid grow --size`).
     Size(uraid_core::metadata::resize::SizeAsk),
+    /// A RAID0 given new devices (`uraid grow NAME -n N --add DEV...`), each with its
+    /// device uuid.
+    Raid0Grow(Vec<(Arc<dyn Member>, [u8; 16])>),
 }
 
 /// A change asked for, and where its start's outcome goes.
@@ -333,7 +336,24 @@ impl Served {
                     let ask = crate::cmd::grow::size_ask(&size)?;
                     self.ask_shape_change(ShapeChange::Size(ask))?;
                 }
-                Request::Grow { level, raid_devices, chunk_sectors, layout, size: None, array_size_sectors } => {
+                Request::Grow { level, raid_devices, chunk_sectors, layout, size: None, array_size_sectors, add } if !add.is_empty() => {
+                    if level.is_some() || chunk_sectors.is_some() || layout.is_some() || array_size_sectors.is_some() {
+                        bail!("--add goes with --raid-devices alone (a RAID0 that gets more members)");
+                    }
+                    if a.level() != uraid_core::geometry::Level::Raid0 {
+                        bail!("--add gives the new devices of a RAID0 that gets more members; other arrays take theirs as spares first (uraid add)");
+                    }
+                    let raid_disks = a.geometry().raid_disks() as u32;
+                    crate::cmd::grow::check_raid0_grow(raid_disks, raid_devices.unwrap_or(raid_disks), add.len())?;
+                    let mut new = Vec::with_capacity(add.len());
+                    for device in &add {
+                        self.refuse_if_member(device)?;
+                        let m: Arc<dyn Member> = crate::util::open_member(std::path::Path::new(device), true, self.args.io.mode())?;
+                        new.push((m, random_uuid()));
+                    }
+                    self.ask_shape_change(ShapeChange::Raid0Grow(new))?;
+                }
+                Request::Grow { level, raid_devices, chunk_sectors, layout, size: None, array_size_sectors, .. } => {
                     let level = level.as_deref().map(crate::cmd::grow::parse_level).transpose()?;
                     let target = match level {
                         Some(l) => uraid_core::geometry::Level::from_md(l).map_err(|e| anyhow::anyhow!("{e}"))?,
@@ -531,8 +551,13 @@ impl Served {
                     eprintln!("uraid: {}: now {} bytes; resyncing the new part", self.name(), a.size_bytes());
                 }
                 let _ = reply.send(changed.map(|_| ()));
-            } else if let Some((ShapeChange::Grow(req), reply)) = asked {
-                let started = self.live.grow(&self.opts, &req).map_err(|e| e.to_string());
+            } else if let Some((change @ (ShapeChange::Grow(_) | ShapeChange::Raid0Grow(_)), reply)) = asked {
+                let started = match change {
+                    ShapeChange::Grow(req) => self.live.grow(&self.opts, &req),
+                    ShapeChange::Raid0Grow(new) => self.live.grow_raid0(&self.opts, new),
+                    ShapeChange::Size(_) => unreachable!("matched above"),
+                }
+                .map_err(|e| e.to_string());
                 if !self.args.json {
                     match &started {
                         Ok(Stage::Reshaping(_)) => eprintln!("uraid: {}: reshape started", self.name()),

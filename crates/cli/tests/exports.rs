@@ -944,6 +944,64 @@ fn fuse_loop_ext4_raid1_becomes_raid5_grows_and_changes_chunk_while_mounted() {
     }
 }
 
+/// A served RAID0 gets a member more (`uraid grow NAME -n 4 --add DEV`, mdadm's --grow
+/// --add): taken over as RAID4, reshaped while served, taken back as RAID0 at the end; the
+/// content stays, the array grows by a member's worth, and real md assembles the result.
+#[test]
+fn a_served_raid0_gets_a_member_more() {
+    let env = Env::new();
+    let name = "stripes";
+    let members: Vec<PathBuf> = ["r0.img", "r1.img", "r2.img"].iter().map(|n| env.path(n)).collect();
+    env.uraid(&[
+        "create",
+        "-l",
+        "0",
+        "-n",
+        "3",
+        "-c",
+        "64K",
+        "--size",
+        "16M",
+        "--name",
+        name,
+        p(&members[0]),
+        p(&members[1]),
+        p(&members[2]),
+    ]);
+    let before = env.uraid_raw(&["read", p(&members[0]), p(&members[1]), p(&members[2])]).stdout;
+    let content = Prng::new(7).bytes(before.len());
+    let data = env.path("content");
+    std::fs::write(&data, &content).unwrap();
+    let out = Command::new(BIN)
+        .args(["write", "-q", p(&members[0]), p(&members[1]), p(&members[2])])
+        .stdin(File::open(&data).unwrap())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let new = env.spare("r3.img", &members[0]);
+    let mut serve = env.serve(name, &members, &[]);
+    // Refused as offline: counts that do not match, --add on a change that is not a RAID0 grow.
+    for (args, needle) in [(&["-n", "5"][..], "needs 2 new device"), (&["-n", "4", "--chunk", "128K"][..], "alone")] {
+        let args: Vec<&str> = [&["grow", name][..], args, &["--add", p(&new)][..]].concat();
+        let out = env.uraid_raw(&args);
+        assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains(needle), "{}", describe("uraid", &args, &out));
+    }
+    env.uraid(&["grow", name, "-n", "4", "--add", p(&new)]);
+    let done =
+        env.wait_for(name, "a RAID0 of 4", &mut serve, |d| d["state"] != "reshaping" && d["level"] == "raid0" && d["raid_disks"] == 4);
+    assert_eq!(done["size_bytes"].as_u64(), Some(before.len() as u64 / 3 * 4), "{done}");
+    env.stop(&mut serve);
+    let all = [p(&members[0]), p(&members[1]), p(&members[2]), p(&new)];
+    let out = env.uraid_raw(&[&["read"][..], &all[..]].concat());
+    assert!(out.status.success(), "{}", describe("uraid", &["read"], &out));
+    assert!(out.stdout.len() == content.len() / 3 * 4 && out.stdout[..content.len()] == content[..], "content after the served RAID0 grow");
+    if let Some(mdvm) = uraid_testkit::require_shared(&uraid_testkit::MDVM, "exports::served RAID0 grow (real md assembles the result)") {
+        let hex: String = sha256(&out.stdout).iter().map(|b| format!("{b:02x}")).collect();
+        let out = run_limited(p(&mdvm.join("verify-images")), &[&["--expect-sha256", &hex][..], &all[..]].concat(), &[], HANG);
+        assert!(out.status.success(), "real md: {}", describe("verify-images", &[], &out));
+    }
+}
+
 #[test]
 fn crash_kill9_then_resync() {
     skip_if!(fuse_stack_unavailable());

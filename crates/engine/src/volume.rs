@@ -74,11 +74,14 @@ pub enum Stage {
 pub struct LiveArray {
     stage: RwLock<Stage>,
     name: String,
+    /// The reshape running grows a RAID0 (through RAID4): at its end the RAID4 is taken
+    /// back as a RAID0, the step mdadm's background process makes.
+    back_to_raid0: std::sync::atomic::AtomicBool,
 }
 
 impl LiveArray {
     pub fn new(stage: Stage, name: String) -> LiveArray {
-        LiveArray { stage: RwLock::new(stage), name }
+        LiveArray { stage: RwLock::new(stage), name, back_to_raid0: std::sync::atomic::AtomicBool::new(false) }
     }
 
     fn current(&self) -> RwLockReadGuard<'_, Stage> {
@@ -133,6 +136,37 @@ impl LiveArray {
         Ok(next)
     }
 
+    /// Gives the RAID0 served here the blank devices `new` (each with its device uuid), as
+    /// mdadm --grow -n N --add does (`reshape::start_raid0_grow`): taken over as a RAID4
+    /// with parity missing and reshaped while it serves; [`Self::end_reshape`] takes it
+    /// back as a RAID0. A restart part-way continues the RAID4 reshape and leaves a RAID4,
+    /// as a restarted md does (`uraid grow --level 0` then takes it back).
+    pub fn grow_raid0(&self, opts: &ArrayOptions, new: Vec<(Arc<dyn crate::member::Member>, [u8; 16])>) -> Result<Stage, EngineError> {
+        let mut stage = self.stage.write().unwrap_or_else(|p| p.into_inner());
+        let array = plain_and_idle(&stage, "growing")?;
+        if array.level() != uraid_core::geometry::Level::Raid0 {
+            return Err(EngineError::Invalid(format!(
+                "--add gives new devices to a RAID0; this is a {}: uraid add them first",
+                array.level()
+            )));
+        }
+        let handles = array.device_handles();
+        array.close()?;
+        let next = match crate::reshape::start_raid0_grow(&handles, new, &running(opts)) {
+            Ok(r) => Stage::Reshaping(Arc::new(r)),
+            Err(e) => {
+                // Refused before anything was written (or the takeover undone by md's
+                // rules: whatever the members now say is what is served).
+                let (a, _) = Array::assemble(handles, &running(opts))?;
+                *stage = Stage::Plain(Arc::new(a));
+                return Err(e);
+            }
+        };
+        self.back_to_raid0.store(true, std::sync::atomic::Ordering::Release);
+        *stage = next.clone();
+        Ok(next)
+    }
+
     /// After the reshape finished: requests continue against the array assembled in its
     /// new shape.
     pub fn end_reshape(&self, opts: &ArrayOptions) -> Result<Arc<Array>, EngineError> {
@@ -144,6 +178,9 @@ impl LiveArray {
             return Err(EngineError::Invalid("the reshape has not finished".into()));
         }
         r.close()?;
+        if self.back_to_raid0.swap(false, std::sync::atomic::Ordering::AcqRel) {
+            crate::reshape::finish_raid0_grow(&r.device_handles(), &running(opts))?;
+        }
         let (array, _) = Array::assemble(r.device_handles(), &running(opts))?;
         // A degraded shrink leaves the member it removed a spare: it rebuilds the missing
         // role at once, as md's `remove_and_add_spares` does after the reshape.

@@ -5,7 +5,7 @@
 use crate::cmd::ctl::{call, follow};
 use crate::control::Request;
 use crate::util::{open_members, IoOpt, Progress};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -50,7 +50,7 @@ pub struct GrowArgs {
     #[arg(long, requires = "raid_devices")]
     array_size: Option<String>,
     /// New devices for a RAID0 that gets more members (mdadm --grow -n N --add DEV),
-    /// blank (as for create); one per member added. Offline only.
+    /// blank (as for create); one per member added. Offline, or online on a served RAID0.
     #[arg(long = "add", value_name = "DEV", requires = "raid_devices")]
     add: Vec<PathBuf>,
     /// New chunk size, e.g. 512K (mdadm -c/--chunk).
@@ -174,6 +174,21 @@ fn request(a: &GrowArgs, level: Level, layout: u32) -> Result<Option<GrowRequest
     Ok(Some(GrowRequest { level: new_level, raid_disks: a.raid_devices, layout, chunk_sectors, array_size_sectors: array_size(a)? }))
 }
 
+/// A RAID0 grow's counts, as mdadm checks them: members are only added, one new device
+/// (`--add`) per member added.
+pub fn check_raid0_grow(raid_disks: u32, asked: u32, given: usize) -> Result<()> {
+    if asked <= raid_disks {
+        bail!("a RAID0 of {raid_disks} members cannot go to {asked}: uraid (as md) only adds members to a RAID0");
+    }
+    if given as u32 != asked - raid_disks {
+        bail!(
+            "growing the RAID0 from {raid_disks} to {asked} members needs {} new device(s) with --add; {given} given",
+            asked - raid_disks
+        );
+    }
+    Ok(())
+}
+
 /// `uraid grow NAME ...`: the serving process starts the reshape and runs it online.
 fn grow_served(a: &GrowArgs, name: &str) -> Result<ExitCode> {
     if a.continue_reshape {
@@ -183,6 +198,12 @@ fn grow_served(a: &GrowArgs, name: &str) -> Result<ExitCode> {
         bail!("say what to change (--level, --raid-devices, --chunk, --layout, --size)");
     }
     let chunk_sectors = a.chunk.as_deref().map(chunk_sectors).transpose()?;
+    // The serving process opens the new devices: it gets their absolute paths.
+    let add = a
+        .add
+        .iter()
+        .map(|p| std::path::absolute(p).map(|p| p.to_string_lossy().into_owned()).with_context(|| format!("{}", p.display())))
+        .collect::<Result<Vec<_>>>()?;
     let req = Request::Grow {
         level: a.level.clone(),
         raid_devices: a.raid_devices,
@@ -190,6 +211,7 @@ fn grow_served(a: &GrowArgs, name: &str) -> Result<ExitCode> {
         layout: a.layout.clone(),
         size: a.size.clone(),
         array_size_sectors: array_size(a)?,
+        add,
     };
     let st = call(name, req)?;
     if !a.quiet && !a.json {
@@ -234,17 +256,7 @@ pub fn run(a: GrowArgs) -> Result<ExitCode> {
     }
     // A RAID0 grow's new devices, opened once the count is checked.
     let new_devices = if raid0_grow {
-        let asked = req.and_then(|r| r.raid_disks).unwrap_or(raid_disks);
-        if asked <= raid_disks {
-            bail!("a RAID0 of {raid_disks} members cannot go to {asked}: uraid (as md) only adds members to a RAID0");
-        }
-        if a.add.len() as u32 != asked - raid_disks {
-            bail!(
-                "growing the RAID0 from {raid_disks} to {asked} members needs {} new device(s) with --add; {} given",
-                asked - raid_disks,
-                a.add.len()
-            );
-        }
+        check_raid0_grow(raid_disks, req.and_then(|r| r.raid_disks).unwrap_or(raid_disks), a.add.len())?;
         open_members(&a.add, true, a.io.mode())?
     } else {
         Vec::new()
@@ -328,6 +340,19 @@ pub fn run(a: GrowArgs) -> Result<ExitCode> {
         seconds: took.as_secs_f64(),
         mib_per_s: moved as f64 * 512.0 / (1 << 20) as f64 / started.elapsed().as_secs_f64().max(1e-9),
     };
+    if finished {
+        // A degraded shrink leaves the member it removed a spare: it rebuilds the missing
+        // role now, as md's `remove_and_add_spares` does once the reshape is done.
+        let devices = array.device_handles();
+        drop(array);
+        let mut run = opts;
+        run.assemble.run = true;
+        let (plain, _) = Array::assemble(devices, &ArrayOptions { writable: true, ..run })?;
+        if plain.start_recovery_if_possible() {
+            crate::util::run_pending_jobs(&plain, quiet)?;
+        }
+        plain.close()?;
+    }
     if a.json {
         println!("{}", serde_json::to_string(&result)?);
     } else if !a.quiet {
