@@ -819,9 +819,18 @@ impl ReshapingArray {
                 {
                     let mut b = lock();
                     // Windows written whole, in order: the position follows them.
-                    for done in b.order.written(j) {
-                        let w = windows[done];
-                        self.lock_progress().position = if self.planner.backwards { w.first } else { w.end };
+                    let completed = b.order.written(j);
+                    if !completed.is_empty() {
+                        let w = windows[completed.end - 1];
+                        let mut p = self.lock_progress();
+                        p.position = if self.planner.backwards { w.first } else { w.end };
+                        // Requests wait for the windows still moving only: the ones written
+                        // are served from the new shape (a write there records the position
+                        // first, as anywhere moved but not yet recorded).
+                        let position = p.position;
+                        p.moving = p.moving.map(|(lo, hi)| if self.planner.backwards { (lo, position) } else { (position, hi) });
+                        drop(p);
+                        self.progress_changed.notify_all();
                     }
                 }
                 changed.notify_all();
