@@ -228,6 +228,14 @@ fn a_raid10_near_gets_a_member_more_even_when_stopped_half_way() {
     let ex = json(&ok(dir, &with_devs(&["examine", "--json"], &devs)));
     assert!(ex.as_array().unwrap().iter().all(|e| e["level"] == "raid10" && e["raid_devices"] == 4), "{ex}");
 
+    // An offset layout (o2) too: each chunk row followed by its copy row.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (devs, content) = filled(dir, "10", 3, &["--layout", "o2"]);
+    ok(dir, &with_devs(&["grow", "-q", "-n", "4"], &devs));
+    let after = ok(dir, &with_devs(&["read"], &devs)).stdout;
+    assert!(after.len() > content.len() && after[..content.len()] == content[..], "content after the o2 grow");
+
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let (devs, _) = filled(dir, "10", 4, &["--layout", "f2"]);

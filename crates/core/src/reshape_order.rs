@@ -118,7 +118,7 @@ impl StepOrder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reshape_window::tests::{cells, Cell};
+    use crate::reshape_window::tests::{cells, raid10, Cell};
     use crate::reshape_window::{StripedShape, WindowPlanner};
 
     /// One worker of the model.
@@ -298,13 +298,7 @@ mod tests {
             backwards: false,
             max_window_sectors: 96 * 2,
         };
-        let near = |disks: u64, offset: u64, component: u64| StripedShape {
-            data_disks: disks,
-            copies: 2,
-            chunk_sectors: 16,
-            data_offset_sectors: offset,
-            array_sectors: component / 16 * disks / 2 * 16,
-        };
+        let near = |disks: u64, offset: u64, component: u64| raid10(disks, 2, 1, 16, offset, component);
         let r10 = WindowPlanner { old: near(3, 256 + 16, 16 * 40), new: near(4, 256, 16 * 41), backwards: false, max_window_sectors: 64 };
         for p in [r5, r10] {
             for seed in 1..=64u64 {
@@ -320,17 +314,19 @@ mod tests {
         /// overwritten, every piece reads what it should, and the workers never deadlock.
         #[test]
         fn workers_under_the_order_rules_never_lose_a_sector_nor_deadlock(
-            raid10: bool, old_disks in 2u64..6, new_disks in 2u64..7, chunk_pow in 0u32..2, new_chunk_pow in 0u32..2,
+            mirrored: bool, old_disks in 2u64..6, new_disks in 2u64..7, chunk_pow in 0u32..2, new_chunk_pow in 0u32..2,
             rows in 4u64..24, gap in 1u64..10, backwards: bool, workers in 1usize..5, piece_units in 1u64..3,
-            batch_units in 1u64..6, seed: u64,
+            batch_units in 1u64..6, seed: u64, offset_layout: bool,
         ) {
-            let (oc, nc) = (8u64 << chunk_pow, if raid10 { 8u64 << chunk_pow } else { 8u64 << new_chunk_pow });
+            let (oc, nc) = (8u64 << chunk_pow, if mirrored { 8u64 << chunk_pow } else { 8u64 << new_chunk_pow });
             let component = rows * 16;
             let gap = gap * 8;
             let (old_off, new_off) = if backwards { (256, 256 + gap) } else { (256 + gap, 256) };
             let shape = |disks: u64, chunk: u64, offset: u64| {
-                if raid10 {
-                    StripedShape { data_disks: disks, copies: 2, chunk_sectors: chunk, data_offset_sectors: offset, array_sectors: component / chunk * disks / 2 * chunk }
+                if mirrored {
+                    // Near or offset, 2 copies.
+                    let (near, far) = if offset_layout { (1, 2) } else { (2, 1) };
+                    raid10(disks, near, far, chunk, offset, component * far)
                 } else {
                     StripedShape::parity(disks, chunk, offset, component / chunk * chunk * disks)
                 }

@@ -15,7 +15,8 @@
 //! Both shapes are striped: RAID0/4/5/6, where every stripe occupies `chunk_sectors` on
 //! every member at the same member offset, so only member *rows* matter, not which member
 //! holds parity; or RAID10 near, where each chunk's copies fill consecutive slots of a row
-//! and spill into the next one when the member count is not a multiple of the copies
+//! and spill into the next one when the member count is not a multiple of the copies, or
+//! RAID10 offset, where each row of slots is followed by its far copies, one chunk row each
 //! (raid10.c `first_dev_address`/`last_dev_address` give the rows a chunk may touch; a
 //! RAID10 reshape position may fall on any sector, md's own moving 64 KiB at a time).
 
@@ -27,6 +28,9 @@ pub struct StripedShape {
     pub data_disks: u64,
     /// Copies of each chunk, in consecutive slots: RAID10 near's `n`; 1 for RAID0/4/5/6.
     pub copies: u64,
+    /// Chunk rows each row of slots takes: RAID10 offset's far copies (each the next chunk
+    /// row, shifted a member on); 1 otherwise.
+    pub offset_copies: u64,
     pub chunk_sectors: u64,
     /// Where the shape's data starts on each member, in sectors.
     pub data_offset_sectors: u64,
@@ -37,14 +41,19 @@ pub struct StripedShape {
 impl StripedShape {
     /// A RAID0/4/5/6 shape (one copy of each chunk).
     pub fn parity(data_disks: u64, chunk_sectors: u64, data_offset_sectors: u64, array_sectors: u64) -> StripedShape {
-        StripedShape { data_disks, copies: 1, chunk_sectors, data_offset_sectors, array_sectors }
+        StripedShape { data_disks, copies: 1, offset_copies: 1, chunk_sectors, data_offset_sectors, array_sectors }
+    }
+
+    /// Each chunk has more than one copy (RAID10): chunks are placed one by one.
+    fn copied(&self) -> bool {
+        self.copies * self.offset_copies > 1
     }
 
     /// Array sectors in the shape's unit of placement: a whole stripe when there is one
     /// copy (parity covers the stripe), one chunk with copies (each chunk is placed on its
     /// own).
     pub fn stripe_sectors(&self) -> u64 {
-        if self.copies > 1 {
+        if self.copied() {
             self.chunk_sectors
         } else {
             self.data_disks * self.chunk_sectors
@@ -55,7 +64,7 @@ impl StripedShape {
     /// moves whole stripes), on any sector with copies (md's raid10 moves up to 64 KiB at
     /// a time and records wherever it is).
     fn position_alignment(&self) -> u64 {
-        if self.copies > 1 {
+        if self.copied() {
             1
         } else {
             self.stripe_sectors()
@@ -66,9 +75,10 @@ impl StripedShape {
     /// of every chunk slot they touch, whole chunks.
     pub fn member_span(&self, first: u64, end: u64) -> (u64, u64) {
         let (cs, slots) = (self.chunk_sectors, self.data_disks.max(1));
+        let row = cs * self.offset_copies;
         let first_slot = first / cs * self.copies;
         let end_slot = end.div_ceil(cs) * self.copies;
-        (self.data_offset_sectors + first_slot / slots * cs, self.data_offset_sectors + end_slot.div_ceil(slots) * cs)
+        (self.data_offset_sectors + first_slot / slots * row, self.data_offset_sectors + end_slot.div_ceil(slots) * row)
     }
 }
 
@@ -276,15 +286,18 @@ pub(crate) mod tests {
     /// stands for all); with copies, each copy's chunk slot on its own member.
     pub(crate) fn cells(shape: &StripedShape, s: u64) -> Vec<(usize, u64, u64)> {
         let cs = shape.chunk_sectors;
-        if shape.copies == 1 {
+        if !shape.copied() {
             let (lo, hi) = shape.member_span(s, s + 1);
             return vec![(0, lo, hi)];
         }
+        let d = shape.data_disks;
         (0..shape.copies)
-            .map(|k| {
-                let slot = s / cs * shape.copies + k;
-                let row = shape.data_offset_sectors + slot / shape.data_disks * cs;
-                ((slot % shape.data_disks) as usize, row, row + cs)
+            .flat_map(|j| {
+                let slot = s / cs * shape.copies + j;
+                let row = shape.data_offset_sectors + slot / d * cs * shape.offset_copies;
+                // raid10.c `__raid10_find_phys`: each far copy of an offset layout one chunk
+                // row on, `near_copies` members on.
+                (0..shape.offset_copies).map(move |k| (((slot + k * shape.copies) % d) as usize, row + k * cs, row + (k + 1) * cs))
             })
             .collect()
     }
@@ -383,12 +396,18 @@ pub(crate) mod tests {
     /// A RAID10 near shape of `disks` members holding `component` sectors each, as md
     /// sizes it (raid10.c `raid10_size`).
     fn near(disks: u64, copies: u64, chunk: u64, offset: u64, component: u64) -> StripedShape {
+        raid10(disks, copies, 1, chunk, offset, component)
+    }
+
+    /// A RAID10 of `disks` members, `near` and offset-layout `far` copies, as md sizes it.
+    pub(crate) fn raid10(disks: u64, near: u64, far: u64, chunk: u64, offset: u64, component: u64) -> StripedShape {
         StripedShape {
             data_disks: disks,
-            copies,
+            copies: near,
+            offset_copies: far,
             chunk_sectors: chunk,
             data_offset_sectors: offset,
-            array_sectors: component / chunk * disks / copies * chunk,
+            array_sectors: component / chunk / far * disks / near * chunk,
         }
     }
 
@@ -416,24 +435,25 @@ pub(crate) mod tests {
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
-        /// RAID10 near reshapes (any member counts and copies, forwards with the data moved
-        /// down or backwards with it moved up): every copy of every sector stays readable at
-        /// every instant, or the reshape is refused up front.
+        /// RAID10 near and offset reshapes (any member counts and copies, forwards with the
+        /// data moved down or backwards with it moved up): every copy of every sector stays
+        /// readable at every instant, or the reshape is refused up front.
         #[test]
         fn every_planned_raid10_reshape_keeps_every_copy_readable(
             old_disks in 2u64..7, new_disks in 2u64..9, copies in 2u64..4, chunk_pow in 0u32..3,
-            chunks in 4u64..40, gap_chunks in 0u64..3, backwards: bool, max_units in 1u64..6,
+            chunks in 4u64..40, gap_chunks in 0u64..4, backwards: bool, max_units in 1u64..6, offset_layout: bool,
         ) {
             proptest::prop_assume!(copies <= old_disks.min(new_disks));
+            let (near_copies, far) = if offset_layout { (1, copies) } else { (copies, 1) };
             let chunk = 8u64 << chunk_pow;
             let gap = gap_chunks * chunk + 8;
-            let component = chunks * chunk;
+            let component = chunks * chunk * far;
             let (old_off, new_off) = if backwards { (256, 256 + gap) } else { (256 + gap, 256) };
-            let old = near(old_disks, copies, chunk, old_off, component);
-            let mut new = near(new_disks, copies, chunk, new_off, component);
+            let old = raid10(old_disks, near_copies, far, chunk, old_off, component);
+            let mut new = raid10(new_disks, near_copies, far, chunk, new_off, component);
             // The data area keeps its end: the new shape gains what the offset moved down.
             if !backwards {
-                new = near(new_disks, copies, chunk, new_off, (component + gap) / chunk * chunk);
+                new = raid10(new_disks, near_copies, far, chunk, new_off, (component + gap) / chunk * chunk);
             }
             let p = WindowPlanner { old, new, backwards, max_window_sectors: chunk * max_units };
             match replay(&p) {

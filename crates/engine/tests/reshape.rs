@@ -176,8 +176,14 @@ fn a_crash_at_any_instant_of_a_grow_or_shrink_under_writes_loses_no_flushed_writ
         // the next row with an odd count), the data moved down one chunk as mdadm does.
         (Level::Raid10, 3, 16, true, None),
         (Level::Raid10, 4, 17, true, None),
+        // RAID10 offset (o2), 3 -> 4: each chunk row followed by its copy row, the data moved
+        // down two chunks.
+        (Level::Raid10, 3, 19, true, None),
     ] {
         let mut shape = Shape::new(level, disks).spares(usize::from(grow));
+        if seed == 19 {
+            shape = shape.layout(0x10201);
+        }
         shape.member_bytes = 2 << 20;
         shape.chunk_kib = 16;
         let made = make(&shape);
@@ -210,6 +216,7 @@ fn a_crash_at_any_instant_of_a_grow_or_shrink_under_writes_loses_no_flushed_writ
         let chunk = shape.chunk_kib as usize * 2;
         let hole_unit = num_lcm(old_dd * chunk, new_dd * chunk);
         let what_reshape = match (grow, missing) {
+            (true, None) if seed == 19 => "offset grow",
             (true, None) if level == Level::Raid10 => "near grow",
             (true, None) => "grow",
             (true, Some(_)) => "degraded grow",

@@ -409,7 +409,7 @@ fn plan(seed: u64, limits: &ConcurrentLimits) -> Plan {
         Level::Raid4 => (rng.range(3, 4) as usize, None),
         Level::Raid5 => (rng.range(3, 5) as usize, Some(rng.range(0, 3) as u32)),
         Level::Raid6 => (rng.range(4, 6) as usize, Some(*rng.pick(&[0u32, 1, 2, 3, 8, 16, 18]))),
-        _ => (rng.range(2, 4) as usize, Some(*rng.pick(&[0x102u32, 0x201]))),
+        _ => (rng.range(2, 4) as usize, Some(*rng.pick(&[0x102u32, 0x201, 0x10201]))),
     };
     let shape = Shape { level, disks, layout, chunk_kib: *rng.pick(&[4, 8, 16]), bitmap: rng.chance(40), spares: rng.below(2) as usize };
     let ops = (0..limits.clients).map(|_| rng.range(limits.ops.0, limits.ops.1)).collect();
@@ -458,8 +458,9 @@ fn plan(seed: u64, limits: &ConcurrentLimits) -> Plan {
     // drawn above: a crash at any tick, or a member failing (a degraded reshape), or latent
     // or unwritable sectors (never a crash with those, for the write-hole reason above).
     // Not with a hot replace: uraid reshapes only an array with no job pending.
-    // RAID10 near gets a member more from its spare (the one change uraid makes to it).
-    let near_raid10 = level == Level::Raid10 && shape.layout == Some(0x102) && shape.spares > 0;
+    // RAID10 near or offset gets a member more from its spare (the one change uraid makes
+    // to it).
+    let near_raid10 = level == Level::Raid10 && matches!(shape.layout, Some(0x102 | 0x10201)) && shape.spares > 0;
     let reshapable = (matches!(level, Level::Raid4 | Level::Raid5 | Level::Raid6) || near_raid10) && !shape.bitmap;
     // A shrink (one member fewer, md's backwards reshape) needs the array cut first: to what
     // the clients use, far below the new capacity.

@@ -75,7 +75,7 @@ pub enum GrowError {
     NothingToChange,
     #[error("md cannot take a RAID{from} over as RAID{to}{hint}")]
     Takeover { from: i32, to: i32, hint: &'static str },
-    #[error("uraid reshapes RAID4, RAID5, RAID6 and RAID10 near (level {0} here); a RAID0 gets more members with the new devices given (uraid grow DEVS -n N --add NEW), through a RAID4 as md does")]
+    #[error("uraid reshapes RAID4, RAID5, RAID6 and RAID10 near or offset (level {0} here); a RAID0 gets more members with the new devices given (uraid grow DEVS -n N --add NEW), through a RAID4 as md does")]
     Level(i32),
     /// A RAID10 change md refuses, or one md makes that uraid does not yet.
     #[error("{0}")]
@@ -254,9 +254,9 @@ pub fn plan_grow(sb: &Superblock1, req: &GrowRequest, spares: &[u32], room: Room
 
 /// A RAID10 reshape, as mdadm plans one (Grow.c `analyse_change` case 10,
 /// `raid10_reshape`) and raid10.c runs it (`raid10_start_reshape`): no backup, ever; the
-/// data offset moves by the larger chunk (`min_offset_change`), down when members are
-/// added, and the reshape runs forwards. uraid adds members to a near layout; md also
-/// reshapes offset layouts, switches near and offset, changes the chunk and removes
+/// data offset moves by the larger chunk times the far copies (`min_offset_change`), down
+/// when members are added, and the reshape runs forwards. uraid adds members to near and
+/// offset layouts; md also switches near and offset, changes the chunk and removes
 /// members, which uraid refuses with what to use instead.
 fn plan_raid10_grow(sb: &Superblock1, req: &GrowRequest, spares: &[u32], room: Room) -> Result<GrowPlan, GrowError> {
     let copies = |layout: u32| (layout & 0xff) * ((layout >> 8) & 0xff);
@@ -272,11 +272,6 @@ fn plan_raid10_grow(sb: &Superblock1, req: &GrowRequest, spares: &[u32], room: R
         } else {
             "uraid does not switch a RAID10 between near and offset layouts yet (md does: mdadm --grow --layout)"
         }));
-    }
-    if (sb.layout >> 8) & 0xff > 1 {
-        return Err(GrowError::Raid10(
-            "uraid adds members to RAID10 near layouts only; md also reshapes offset layouts (mdadm --grow --raid-devices)",
-        ));
     }
     if req.chunk_sectors.is_some_and(|c| c != sb.chunksize_sectors) {
         return Err(GrowError::Raid10("uraid does not change a RAID10's chunk yet (md does: mdadm --grow --chunk)"));
@@ -298,9 +293,9 @@ fn plan_raid10_grow(sb: &Superblock1, req: &GrowRequest, spares: &[u32], room: R
     if spares.len() < needed {
         return Err(GrowError::NeedSpares { wanted: new_disks, needed, have: spares.len() });
     }
-    // raid10.c `raid10_start_reshape`: the offsets must differ by at least a chunk (times
-    // the far copies, 1 here); mdadm moves them by exactly that.
-    let move_by = u64::from(sb.chunksize_sectors);
+    // raid10.c `raid10_start_reshape`: the offsets must differ by at least a chunk times
+    // the far copies (2 chunk rows for o2); mdadm moves them by exactly that.
+    let move_by = u64::from(sb.chunksize_sectors) * u64::from(((sb.layout >> 8) & 0xff).max(1));
     if room.before_sectors < move_by {
         return Err(GrowError::NoRoom { needed: move_by, have: room.before_sectors, where_: "before" });
     }
@@ -628,10 +623,13 @@ mod tests {
         assert!(matches!(plan_grow(&sb, &chunk, &[3], ROOM), Err(GrowError::Raid10(_))));
         let three_copies = GrowRequest { layout: Some(0x103), ..to(4) };
         assert_eq!(plan_grow(&sb, &three_copies, &[3], ROOM), Err(GrowError::Raid10("md cannot change the number of copies of a RAID10")));
-        for layout in [0x201, 0x10201] {
-            let far = Superblock1 { layout, ..sb.clone() };
-            assert!(matches!(plan_grow(&far, &to(4), &[3], ROOM), Err(GrowError::Raid10(_))), "layout {layout:#x}");
-        }
+        let far = Superblock1 { layout: 0x201, ..sb.clone() };
+        assert!(matches!(plan_grow(&far, &to(4), &[3], ROOM), Err(GrowError::Raid10(_))));
+        // Offset (o2): moved by a chunk per far copy, as mdadm's `min_offset_change`.
+        let offset = Superblock1 { layout: 0x10201, ..sb.clone() };
+        assert_eq!(plan_grow(&offset, &to(4), &[3], ROOM).unwrap().state.new_offset_sectors, -256);
+        let switch = GrowRequest { layout: Some(0x10201), ..to(4) };
+        assert!(matches!(plan_grow(&sb, &switch, &[3], ROOM), Err(GrowError::Raid10(_))), "near -> offset");
     }
 
     #[test]

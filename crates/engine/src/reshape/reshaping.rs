@@ -110,15 +110,22 @@ pub struct ReshapingArray {
 }
 
 /// The striped shape of one side, for the window planner; `None` for a shape the planner
-/// does not cover (mirrors, linear, RAID10 far and offset).
+/// does not cover (mirrors, linear, RAID10 far).
 fn striped_shape(array: &Array, data_offset_sectors: u64) -> Option<StripedShape> {
     let geometry = array.geometry();
     let chunk = geometry.chunk_sectors()?;
     let array_sectors = geometry.array_sectors();
     let parity = match geometry {
-        uraid_core::geometry::Geometry::Raid10(g) if g.far_copies() == 1 => {
-            let (slots, copies) = (g.raid_disks() as u64, g.near_copies() as u64);
-            return Some(StripedShape { data_disks: slots, copies, chunk_sectors: chunk, data_offset_sectors, array_sectors });
+        uraid_core::geometry::Geometry::Raid10(g) if g.far_copies() == 1 || g.far_offset() => {
+            let (slots, copies, offset_copies) = (g.raid_disks() as u64, g.near_copies() as u64, g.far_copies() as u64);
+            return Some(StripedShape {
+                data_disks: slots,
+                copies,
+                offset_copies,
+                chunk_sectors: chunk,
+                data_offset_sectors,
+                array_sectors,
+            });
         }
         _ => match array.level() {
             Level::Raid0 => 0,
