@@ -341,7 +341,7 @@ impl Served {
                         bail!("--add goes with --raid-devices alone (a RAID0 that gets more members)");
                     }
                     if a.level() != uraid_core::geometry::Level::Raid0 {
-                        bail!("--add gives the new devices of a RAID0 that gets more members; other arrays take theirs as spares first (uraid add)");
+                        bail!("{}", crate::cmd::grow::ADD_IS_FOR_RAID0);
                     }
                     let raid_disks = a.geometry().raid_disks() as u32;
                     crate::cmd::grow::check_raid0_grow(raid_disks, raid_devices.unwrap_or(raid_disks), add.len())?;

@@ -163,27 +163,25 @@ fn a_crash_at_any_instant_of_a_grow_or_shrink_under_writes_loses_no_flushed_writ
     // array cut to a quarter of the members first, as --array-size asks).
     // And a grow of a RAID6 missing member 1: the spare takes role 1, written by the reshape
     // as it goes (md's recovery_offset following it), and the new role stays missing.
-    for (level, disks, seed, grow, missing) in [
-        (Level::Raid5, 3, 11u64, true, None),
-        (Level::Raid6, 4, 12, true, None),
-        (Level::Raid5, 4, 13, false, None),
-        (Level::Raid6, 5, 14, false, None),
-        (Level::Raid6, 4, 15, true, Some(1)),
+    for (level, disks, seed, grow, missing, layout) in [
+        (Level::Raid5, 3, 11u64, true, None, None),
+        (Level::Raid6, 4, 12, true, None, None),
+        (Level::Raid5, 4, 13, false, None, None),
+        (Level::Raid6, 5, 14, false, None, None),
+        (Level::Raid6, 4, 15, true, Some(1), None),
         // A shrink of a RAID6 missing member 1: both shapes degraded; the member leaving
         // becomes a spare, rebuilt into role 1 after the restart.
-        (Level::Raid6, 5, 18, false, Some(1)),
+        (Level::Raid6, 5, 18, false, Some(1), None),
         // RAID10 near, 2 copies: 3 -> 4 and 4 -> 5 members (a chunk's copies spill into
         // the next row with an odd count), the data moved down one chunk as mdadm does.
-        (Level::Raid10, 3, 16, true, None),
-        (Level::Raid10, 4, 17, true, None),
+        (Level::Raid10, 3, 16, true, None, None),
+        (Level::Raid10, 4, 17, true, None, None),
         // RAID10 offset (o2), 3 -> 4: each chunk row followed by its copy row, the data moved
         // down two chunks.
-        (Level::Raid10, 3, 19, true, None),
+        (Level::Raid10, 3, 19, true, None, Some(0x10201)),
     ] {
         let mut shape = Shape::new(level, disks).spares(usize::from(grow));
-        if seed == 19 {
-            shape = shape.layout(0x10201);
-        }
+        shape.layout = layout;
         shape.member_bytes = 2 << 20;
         shape.chunk_kib = 16;
         let made = make(&shape);
@@ -216,7 +214,7 @@ fn a_crash_at_any_instant_of_a_grow_or_shrink_under_writes_loses_no_flushed_writ
         let chunk = shape.chunk_kib as usize * 2;
         let hole_unit = num_lcm(old_dd * chunk, new_dd * chunk);
         let what_reshape = match (grow, missing) {
-            (true, None) if seed == 19 => "offset grow",
+            (true, None) if layout == Some(0x10201) => "offset grow",
             (true, None) if level == Level::Raid10 => "near grow",
             (true, None) => "grow",
             (true, Some(_)) => "degraded grow",

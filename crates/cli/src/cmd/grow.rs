@@ -174,6 +174,10 @@ fn request(a: &GrowArgs, level: Level, layout: u32) -> Result<Option<GrowRequest
     Ok(Some(GrowRequest { level: new_level, raid_disks: a.raid_devices, layout, chunk_sectors, array_size_sectors: array_size(a)? }))
 }
 
+/// The refusal of `--add` outside a RAID0 grow (offline and served).
+pub const ADD_IS_FOR_RAID0: &str =
+    "--add gives the new devices of a RAID0 that gets more members; other arrays take theirs as spares first (uraid add)";
+
 /// A RAID0 grow's counts, as mdadm checks them: members are only added, one new device
 /// (`--add`) per member added.
 pub fn check_raid0_grow(raid_disks: u32, asked: u32, given: usize) -> Result<()> {
@@ -252,7 +256,7 @@ pub fn run(a: GrowArgs) -> Result<ExitCode> {
     let req = request(&a, level, layout)?;
     let raid0_grow = level == Level::Raid0 && req.is_some_and(|r| r.level.is_none() && r.raid_disks.is_some());
     if !a.add.is_empty() && !raid0_grow {
-        bail!("--add gives the new devices of a RAID0 that gets more members; other arrays take theirs as spares first (uraid add)");
+        bail!("{ADD_IS_FOR_RAID0}");
     }
     // A RAID0 grow's new devices, opened once the count is checked.
     let new_devices = if raid0_grow {
