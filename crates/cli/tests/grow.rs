@@ -471,7 +471,7 @@ fn a_degraded_array_reshapes_degraded_with_run() {
 /// from the shapes the position says, and `grow --continue` is refused with what to do,
 /// the members unchanged (uraid reads 0.90 reshapes, it does not write their progress).
 #[test]
-fn a_090_reshape_is_examined_and_read_but_not_continued() {
+fn a_090_reshape_in_its_critical_section_is_examined_and_read_but_not_continued() {
     use uraid_core::metadata::sb090::{DiskDescriptor090, Superblock090};
     use uraid_core::metadata::{sb090_offset_sectors, MetadataVersion, Superblock};
     let tmp = tempfile::tempdir().unwrap();
@@ -489,8 +489,9 @@ fn a_090_reshape_is_examined_and_read_but_not_continued() {
         sb.reshape_position_sectors = 0;
         sb.state &= !Superblock090::STATE_CLEAN;
         for disk in sb.disks.iter_mut().chain(std::iter::once(&mut sb.this_disk)) {
+            // A new role: in sync from the start, as md's raid5_start_reshape sets it.
             if disk.number == 3 {
-                (disk.raid_disk, disk.state) = (3, DiskDescriptor090::STATE_ACTIVE);
+                (disk.raid_disk, disk.state) = (3, DiskDescriptor090::STATE_ACTIVE | DiskDescriptor090::STATE_SYNC);
             }
         }
         sb.events += 1;
@@ -507,6 +508,14 @@ fn a_090_reshape_is_examined_and_read_but_not_continued() {
     let out = run(dir, &with_devs(&["grow", "--continue"], &devs));
     assert!(!out.status.success(), "{}", describe("uraid", &["grow", "--continue"], &out));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("0.90") && err.contains("mdadm"), "{err}");
+    // Nothing moved yet: the first stripes of the new shape would land on old data not
+    // yet moved, which only md's backup file makes crash-safe.
+    assert!(err.contains("backup file") && err.contains("mdadm"), "{err}");
     assert_eq!(sums(dir, &devs), before, "a refusal changes nothing");
+    // Starting one is refused the same way.
+    let (devs, _) = filled(dir, "5", 3, &["-e", "0.90"]);
+    let out = run(dir, &with_devs(&["grow", "--raid-devices", "4"], &devs));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("0.90") && err.contains("backup-file"), "{err}");
 }

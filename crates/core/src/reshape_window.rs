@@ -179,6 +179,12 @@ impl WindowPlanner {
     /// safe (up to `max_window_sectors`); it asks for a checkpoint first when recording the
     /// current position makes a larger window safe, and fails when not even the smallest
     /// window is safe after one.
+    ///
+    /// Windows are whole units ([`Self::unit_sectors`]) where they can be; where not even
+    /// one unit is safe, whole stripes of the new shape, as md moves them: that happens
+    /// only without a data offset change (0.90, or md's reshapes made with a backup file),
+    /// just past the critical section md's backup covered, where the new shape's rows
+    /// have barely pulled ahead of the old ones.
     pub fn next(&self, position: u64, checkpoint: u64) -> Result<Option<Window>, WindowError> {
         if self.is_done(position) {
             return Ok(None);
@@ -187,7 +193,26 @@ impl WindowPlanner {
         if !position.is_multiple_of(stripe) && position != self.end_sectors() {
             return Err(WindowError::Misaligned { position, stripe });
         }
-        let unit = self.unit_sectors();
+        match self.next_in(self.unit_sectors(), position, checkpoint) {
+            Err(WindowError::NoRoom { .. }) if self.new.stripe_sectors() < self.unit_sectors() => {
+                self.next_in(self.new.stripe_sectors(), position, checkpoint)
+            }
+            other => other,
+        }
+    }
+
+    /// Whether the reshape can run from `position` to its end without a backup: every
+    /// window it moves is safe once the position before it is recorded. Fails with the
+    /// first window that is not (md's backup file would have to cover it).
+    pub fn check_to_end(&self, mut position: u64) -> Result<(), WindowError> {
+        while let Some(w) = self.next(position, position)? {
+            position = if self.backwards { w.first } else { w.end };
+        }
+        Ok(())
+    }
+
+    /// [`Self::next`] with windows made of `unit` array sectors.
+    fn next_in(&self, unit: u64, position: u64, checkpoint: u64) -> Result<Option<Window>, WindowError> {
         let max_units = (self.max_window_sectors / unit).max(1);
         // The window's far edge after `k` units (k >= 1): the k-th unit boundary past the
         // position, clipped to the array.
@@ -308,6 +333,12 @@ pub(crate) mod tests {
     /// position from the new shape and the rest from the old one finds every sector's data
     /// in every copy.
     fn replay(p: &WindowPlanner) -> Result<usize, String> {
+        replay_from(p, p.start_position())
+    }
+
+    /// [`replay`] of a reshape that md left at `start` (recorded there): the members hold
+    /// the new shape below it (forwards; above it backwards), written over the old one.
+    fn replay_from(p: &WindowPlanner, start: u64) -> Result<usize, String> {
         let rows = p.old.member_span(0, p.old.array_sectors).1.max(p.new.member_span(0, p.end_sectors()).1) as usize + 1;
         let disks = p.old.data_disks.max(p.new.data_disks) as usize;
         let mut member = vec![vec![Cell::Free; rows]; disks];
@@ -339,7 +370,14 @@ pub(crate) mod tests {
             }
             Ok(())
         };
-        let (mut position, mut checkpoint, mut steps) = (p.start_position(), p.start_position(), 0);
+        let moved = if p.backwards { start..p.end_sectors() } else { 0..start };
+        for s in moved.step_by(p.new.stripe_sectors() as usize) {
+            for c in cells(&p.new, s) {
+                write(&mut member, c, Cell::New(s / p.new.stripe_sectors()));
+            }
+        }
+        intact(&member, start).map_err(|e| format!("not a state md leaves: {e}"))?;
+        let (mut position, mut checkpoint, mut steps) = (start, start, 0);
         while let Some(w) = p.next(position, checkpoint).map_err(|e| e.to_string())? {
             if w.checkpoint_first {
                 checkpoint = position;
@@ -388,6 +426,86 @@ pub(crate) mod tests {
             match replay(&p) {
                 Ok(_) => {}
                 Err(e) if e.contains("backup file") => {}
+                Err(e) => proptest::prop_assert!(false, "{}", e),
+            }
+        }
+    }
+
+    /// md's RAID5 3 -> 4 grow made with a backup file (0.90 always; 1.x when the data
+    /// offset cannot move): both shapes at the same data offset.
+    fn grow_in_place() -> WindowPlanner {
+        let mut p = grow_3_to_4();
+        p.new.data_offset_sectors = p.old.data_offset_sectors;
+        p
+    }
+
+    #[test]
+    fn in_place_a_grow_needs_a_backup_only_for_its_critical_section() {
+        let p = grow_in_place();
+        assert!(matches!(p.next(0, 0), Err(WindowError::NoRoom { first: 0, end: 384 })), "{:?}", p.next(0, 0));
+        assert!(matches!(p.check_to_end(0), Err(WindowError::NoRoom { .. })));
+        // Past the first unit (what mdadm backs up): a unit (768 sectors, new rows up to
+        // 512) would reach old row 384 of the sectors from 768 on, one new stripe (new rows
+        // 256..384) does not.
+        let w = p.next(768, 768).unwrap().unwrap();
+        assert_eq!((w.first, w.end, w.checkpoint_first), (768, 1152, false));
+        p.check_to_end(768).expect("the rest needs no backup");
+        assert!(replay_from(&p, 768).unwrap() > 10);
+        // From md's parked position: whole units again.
+        let w = p.next(24576, 24576).unwrap().unwrap();
+        assert!(w.end - w.first >= 768, "{w:?}");
+        p.check_to_end(24576).unwrap();
+    }
+
+    #[test]
+    fn in_place_a_shrink_needs_a_backup_at_its_end() {
+        let mut p = grow_in_place();
+        std::mem::swap(&mut p.old, &mut p.new);
+        p.backwards = true;
+        p.new.array_sectors = p.old.array_sectors / 2;
+        let start = p.start_position();
+        match p.check_to_end(start) {
+            Err(WindowError::NoRoom { first, .. }) => assert!(first < p.end_sectors() / 2, "fails near its end, at {first}"),
+            other => panic!("an in-place shrink needs a backup near its end: {other:?}"),
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        /// Reshapes md left part-way without a data offset change (made with a backup
+        /// file): continued from any position md could leave them at, every planned window
+        /// keeps every sector readable, or the plan says where a backup is needed before
+        /// anything is written; a grow past its critical section always continues (at a
+        /// unit, `lcm(No, Nn)` chunks, one new stripe's rows end at `L/Nn + 1` chunk rows
+        /// and the old rows still needed begin at `L/No`, and `L/No - L/Nn = (Nn - No)/gcd`
+        /// is at least 1).
+        #[test]
+        fn in_place_reshapes_continue_safely_or_not_at_all(
+            old_disks in 1u64..6, new_disks in 1u64..6, old_chunk_pow in 0u32..3, new_chunk_pow in 0u32..3,
+            rows in 4u64..40, backwards: bool, max_units in 1u64..5, at in 0u64..1000,
+        ) {
+            let (oc, nc) = (8u64 << old_chunk_pow, 8u64 << new_chunk_pow);
+            let component = rows * 32;
+            let p = WindowPlanner {
+                old: StripedShape::parity(old_disks, oc, 256, component * old_disks),
+                new: StripedShape::parity(new_disks, nc, 256, component * new_disks),
+                backwards,
+                max_window_sectors: 1,
+            };
+            let p = WindowPlanner { max_window_sectors: p.unit_sectors() * max_units, ..p };
+            let stripes = p.end_sectors() / p.new.stripe_sectors();
+            let start = at % (stripes + 1) * p.new.stripe_sectors();
+            let planned = p.check_to_end(start);
+            match replay_from(&p, start) {
+                Ok(_) => proptest::prop_assert!(planned.is_ok()),
+                Err(e) if e.starts_with("not a state md leaves") => {}
+                Err(e) if e.contains("backup file") => {
+                    proptest::prop_assert!(planned.is_err());
+                    proptest::prop_assert!(
+                        backwards || new_disks <= old_disks || nc != oc || start < p.unit_sectors(),
+                        "a grow past its critical section (one unit, what mdadm backs up) must continue: {}", e
+                    );
+                }
                 Err(e) => proptest::prop_assert!(false, "{}", e),
             }
         }

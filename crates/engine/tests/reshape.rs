@@ -222,106 +222,188 @@ fn a_crash_at_any_instant_of_a_grow_or_shrink_under_writes_loses_no_flushed_writ
             (false, Some(_)) => "degraded shrink",
         };
         let size = array.size_bytes() as usize;
-        let mut rng = Rng::new(seed);
-        let mut writes = Vec::new();
-        loop {
-            let step = array.step().expect("step");
-            for _ in 0..2 {
-                let len = 512 * (1 + rng.below(64)) as usize;
-                let offset = 512 * rng.below(((size - len) / 512) as u64) as usize;
-                let data = rng.bytes(len);
-                let began = history.len();
-                array.write(offset as u64, &data).expect("write");
-                array.flush().expect("flush");
-                writes.push(UserWrite { offset, data, began, flushed: history.len() });
-            }
-            if step == ReshapeStep::Finished {
-                break;
+        let writes = reshape_under_writes(&array, &history, seed);
+        check_every_crash_point(&Recording {
+            what_reshape,
+            level,
+            before: &before,
+            history: &history,
+            writes: &writes,
+            original: &original,
+            size,
+            missing,
+            hole_unit,
+            superblock_at: &|offset| offset < 8192,
+        });
+    }
+}
+
+/// Runs `array`'s reshape to the end, step by step, with two acknowledged-and-flushed
+/// writes after each step; closes it.
+fn reshape_under_writes(array: &ReshapingArray, history: &History, seed: u64) -> Vec<UserWrite> {
+    let size = array.size_bytes() as usize;
+    let mut rng = Rng::new(seed);
+    let mut writes = Vec::new();
+    loop {
+        let step = array.step().expect("step");
+        for _ in 0..2 {
+            let len = 512 * (1 + rng.below(64)) as usize;
+            let offset = 512 * rng.below(((size - len) / 512) as u64) as usize;
+            let data = rng.bytes(len);
+            let began = history.len();
+            array.write(offset as u64, &data).expect("write");
+            array.flush().expect("flush");
+            writes.push(UserWrite { offset, data, began, flushed: history.len() });
+        }
+        if step == ReshapeStep::Finished {
+            break;
+        }
+    }
+    array.close().expect("close");
+    writes
+}
+
+/// The crash test of a 0.90 RAID5 grow that md left part-way (past its critical section,
+/// which md's backup file covered), continued by uraid in place: the new shape's rows land
+/// on old rows already moved and recorded, and each checkpoint is a 0.91 superblock at the
+/// end of every member. A crash at any instant loses no flushed write, and the reshape
+/// continues from the superblocks.
+#[test]
+fn a_crash_at_any_instant_of_a_090_grow_continued_in_place_loses_no_flushed_write() {
+    const MEMBER_BYTES: usize = 2 << 20;
+    let (images, content, _) = grow_090_halfway(92, MEMBER_BYTES);
+    let before = images.clone();
+    let images = mem_images(images);
+    let history = Arc::new(History::default());
+    let devs: Vec<Arc<dyn Member>> = images
+        .iter()
+        .enumerate()
+        .map(|(member, m)| Hooked::new(m.clone(), Recorded { member, history: history.clone() }) as Arc<dyn Member>)
+        .collect();
+    let array = ReshapingArray::open(devs, &ArrayOptions { writable: true, ..Default::default() }).expect("open to continue");
+    let size = array.size_bytes() as usize;
+    assert_eq!(size, content.len());
+    let writes = reshape_under_writes(&array, &history, 92);
+    let sb_at = uraid_core::metadata::sb090_offset_sectors(MEMBER_BYTES as u64).unwrap() * 512;
+    check_every_crash_point(&Recording {
+        what_reshape: "0.90 in-place grow",
+        level: Level::Raid5,
+        before: &before,
+        history: &history,
+        writes: &writes,
+        original: &content,
+        size,
+        missing: None,
+        hole_unit: num_lcm(2 * 128, 3 * 128),
+        superblock_at: &|offset| offset >= sb_at,
+    });
+}
+
+/// What a recorded reshape did, for [`check_every_crash_point`].
+struct Recording<'a> {
+    what_reshape: &'a str,
+    level: Level,
+    /// The members before the reshape began (the recorded events start from them).
+    before: &'a [Vec<u8>],
+    history: &'a History,
+    writes: &'a [UserWrite],
+    /// The array's content before the reshape, at least `size` bytes.
+    original: &'a [u8],
+    size: usize,
+    /// A member left out from the start.
+    missing: Option<usize>,
+    /// Array sectors covering whole stripes of both shapes.
+    hole_unit: usize,
+    /// Where a member's superblock may be written (byte ranges).
+    superblock_at: &'a dyn Fn(u64) -> bool,
+}
+
+/// Rebuilds the members as a crash after each chosen event leaves them, and checks each
+/// image: every flushed write reads back; a sample goes on to finish the reshape and loses
+/// each member in turn.
+fn check_every_crash_point(r: &Recording) {
+    let Recording { what_reshape, level, before, history, writes, original, size, missing, hole_unit, superblock_at } = *r;
+    let events = std::mem::take(&mut *history.events.lock().unwrap());
+    // Every event next to a flush or a superblock write, and a stride of the rest.
+    let superblock = |e: &Event| matches!(e, Event::Flush { .. }) || matches!(e, Event::Write { offset, .. } if superblock_at(*offset));
+    let points: Vec<usize> = (0..=events.len())
+        .filter(|&k| k % 97 == 0 || k == events.len() || superblock(&events[k]) || (k > 0 && superblock(&events[k - 1])))
+        .collect();
+    assert!(points.len() > 50, "{level:?}: only {} crash points", points.len());
+    for (n, &k) in points.iter().enumerate() {
+        let unflushed = [Unflushed::Lost, Unflushed::Applied, Unflushed::Random(k as u64)][n % 3];
+        let mut image = crash_image(before, &events, k, unflushed);
+        if let Some(gone) = missing {
+            // The missing member stays gone (given back, `--force` would take it as stale).
+            image.remove(gone);
+        }
+        // What must be there: every write whose flush returned before the crash; the
+        // one in flight may have reached any of its sectors.
+        let mut expected = original[..size].to_vec();
+        let mut in_flight = None;
+        for w in writes {
+            if w.flushed <= k {
+                expected[w.offset..w.offset + w.data.len()].copy_from_slice(&w.data);
+            } else if w.began < k {
+                in_flight = Some(w);
             }
         }
-        array.close().expect("close");
-        let events = std::mem::take(&mut *history.events.lock().unwrap());
-        // Every event next to a flush or a superblock write, and a stride of the rest.
-        let superblock = |e: &Event| matches!(e, Event::Flush { .. }) || matches!(e, Event::Write { offset, .. } if *offset < 8192);
-        let points: Vec<usize> = (0..=events.len())
-            .filter(|&k| k % 97 == 0 || k == events.len() || superblock(&events[k]) || (k > 0 && superblock(&events[k - 1])))
-            .collect();
-        assert!(points.len() > 50, "{level:?}: only {} crash points", points.len());
-        for (n, &k) in points.iter().enumerate() {
-            let unflushed = [Unflushed::Lost, Unflushed::Applied, Unflushed::Random(k as u64)][n % 3];
-            let mut image = crash_image(&before, &events, k, unflushed);
-            if let Some(gone) = missing {
-                // The missing member stays gone (given back, `--force` would take it as stale).
-                image.remove(gone);
-            }
-            // What must be there: every write whose flush returned before the crash; the
-            // one in flight may have reached any of its sectors.
-            let mut expected = original[..size].to_vec();
-            let mut in_flight = None;
-            for w in &writes {
-                if w.flushed <= k {
-                    expected[w.offset..w.offset + w.data.len()].copy_from_slice(&w.data);
-                } else if w.began < k {
-                    in_flight = Some(w);
-                }
-            }
-            let what = format!("{level:?} {what_reshape}: crash after event {k} of {} ({unflushed:?})", events.len());
-            let got = read_restarted(as_devices(&mem_images(image.clone())), size, missing.is_some())
-                .unwrap_or_else(|e| panic!("{what}: does not open: {e}"));
-            let mut reference = expected.clone();
-            // Degraded, the write in flight may also cost the other sectors of its stripes
-            // (either shape's): md's write hole, the risk `--force` takes on a dirty
-            // degraded array (md refuses to start one without it).
-            let in_hole = |s: usize| {
-                missing.is_some()
-                    && in_flight.is_some_and(|w| {
-                        let unit = 512 * hole_unit;
-                        s / unit >= w.offset / unit && s / unit <= (w.offset + w.data.len() - 1) / unit
-                    })
-            };
-            for s in (0..size).step_by(512) {
-                let (g, e) = (&got[s..s + 512], &expected[s..s + 512]);
-                if g == e {
-                    continue;
-                }
-                let w = in_flight.filter(|w| s >= w.offset && s < w.offset + w.data.len());
-                let hole = in_hole(s);
-                match w {
-                    Some(w) if g == &w.data[s - w.offset..s - w.offset + 512] => reference[s..s + 512].copy_from_slice(g),
-                    _ if hole => reference[s..s + 512].copy_from_slice(g),
-                    _ => panic!("{what}: array sector {} differs", s / 512),
-                }
-            }
-            // Only a sample goes on to finish the reshape and lose a member (each costs a
-            // whole reshape of the copy).
-            if n % 4 != 0 {
+        let what = format!("{level:?} {what_reshape}: crash after event {k} of {} ({unflushed:?})", events.len());
+        let got = read_restarted(as_devices(&mem_images(image.clone())), size, missing.is_some())
+            .unwrap_or_else(|e| panic!("{what}: does not open: {e}"));
+        let mut reference = expected.clone();
+        // Degraded, the write in flight may also cost the other sectors of its stripes
+        // (either shape's): md's write hole, the risk `--force` takes on a dirty
+        // degraded array (md refuses to start one without it).
+        let in_hole = |s: usize| {
+            missing.is_some()
+                && in_flight.is_some_and(|w| {
+                    let unit = 512 * hole_unit;
+                    s / unit >= w.offset / unit && s / unit <= (w.offset + w.data.len() - 1) / unit
+                })
+        };
+        for s in (0..size).step_by(512) {
+            let (g, e) = (&got[s..s + 512], &expected[s..s + 512]);
+            if g == e {
                 continue;
             }
-            let restarted = mem_images(image);
-            let finished = finish_after_restart(as_devices(&restarted), missing.is_some());
+            let w = in_flight.filter(|w| s >= w.offset && s < w.offset + w.data.len());
+            let hole = in_hole(s);
+            match w {
+                Some(w) if g == &w.data[s - w.offset..s - w.offset + 512] => reference[s..s + 512].copy_from_slice(g),
+                _ if hole => reference[s..s + 512].copy_from_slice(g),
+                _ => panic!("{what}: array sector {} differs", s / 512),
+            }
+        }
+        // Only a sample goes on to finish the reshape and lose a member (each costs a
+        // whole reshape of the copy).
+        if n % 4 != 0 {
+            continue;
+        }
+        let restarted = mem_images(image);
+        let finished = finish_after_restart(as_devices(&restarted), missing.is_some());
+        let mut got = vec![0u8; size];
+        finished.read(0, &mut got).expect("read the finished array");
+        for s in (0..size).step_by(512) {
+            if got[s..s + 512] != reference[s..s + 512] {
+                // The write hole's sectors took whatever the resync made of them;
+                // from here on they must stay that.
+                assert!(in_hole(s), "{what}: the finished reshape lost array sector {}", s / 512);
+                reference[s..s + 512].copy_from_slice(&got[s..s + 512]);
+            }
+        }
+        finished.close().expect("close");
+        drop(finished);
+        for lost in 0..restarted.len() {
+            let one_lost =
+                as_devices(&mem_images(restarted.iter().enumerate().filter(|(i, _)| *i != lost).map(|(_, m)| m.snapshot()).collect()));
+            let role = lost;
+            let mut opts = ArrayOptions::default();
+            opts.assemble.run = true;
+            let (degraded, _) = Array::assemble(one_lost, &opts).unwrap_or_else(|e| panic!("{what}: without member {role}: {e}"));
             let mut got = vec![0u8; size];
-            finished.read(0, &mut got).expect("read the finished array");
-            for s in (0..size).step_by(512) {
-                if got[s..s + 512] != reference[s..s + 512] {
-                    // The write hole's sectors took whatever the resync made of them;
-                    // from here on they must stay that.
-                    assert!(in_hole(s), "{what}: the finished reshape lost array sector {}", s / 512);
-                    reference[s..s + 512].copy_from_slice(&got[s..s + 512]);
-                }
-            }
-            finished.close().expect("close");
-            drop(finished);
-            for lost in 0..restarted.len() {
-                let one_lost =
-                    as_devices(&mem_images(restarted.iter().enumerate().filter(|(i, _)| *i != lost).map(|(_, m)| m.snapshot()).collect()));
-                let role = lost;
-                let mut opts = ArrayOptions::default();
-                opts.assemble.run = true;
-                let (degraded, _) = Array::assemble(one_lost, &opts).unwrap_or_else(|e| panic!("{what}: without member {role}: {e}"));
-                let mut got = vec![0u8; size];
-                degraded.read(0, &mut got).expect("degraded read");
-                assert!(got == reference, "{what}: lost data without member {role}");
-            }
+            degraded.read(0, &mut got).expect("degraded read");
+            assert!(got == reference, "{what}: lost data without member {role}");
         }
     }
 }
@@ -338,9 +420,9 @@ struct GrowHalfway {
     position_sectors: usize,
 }
 
-fn grow_halfway(sketch: &uraid_engine::create::ArraySketch, seed: u64) -> GrowHalfway {
-    const BYTES: usize = 8 << 20;
-    let old = uraid_engine::create::mem_devices(4, BYTES, "old");
+fn grow_halfway(sketch: &uraid_engine::create::ArraySketch, seed: u64, member_bytes: usize) -> GrowHalfway {
+    let bytes = member_bytes;
+    let old = uraid_engine::create::mem_devices(4, bytes, "old");
     let old_members = uraid_engine::create::as_members(&old);
     let array = sketch.create(&old_members[..3], &old_members[3..]).expect("create the 3-member array");
     let content = Rng::new(seed).bytes(array.size_bytes() as usize);
@@ -348,7 +430,7 @@ fn grow_halfway(sketch: &uraid_engine::create::ArraySketch, seed: u64) -> GrowHa
     array.close().expect("close");
     drop(array);
     let position_sectors = 3 * 128 * 8; // 8 stripes of the new shape (64 KiB chunks): 1.5 MiB
-    let new = uraid_engine::create::mem_devices(4, BYTES, "new");
+    let new = uraid_engine::create::mem_devices(4, bytes, "new");
     let new_members = uraid_engine::create::as_members(&new);
     let grown = sketch.create(&new_members, &[]).expect("create the 4-member array");
     grown.write(0, &content[..position_sectors * 512]).expect("write the moved part");
@@ -359,18 +441,14 @@ fn grow_halfway(sketch: &uraid_engine::create::ArraySketch, seed: u64) -> GrowHa
 /// A 0.90 RAID5 that md left part-way through a 3 -> 4 grow, built the way md leaves it:
 /// 0.90 never moves the data, so below the position the members hold the 4-member shape
 /// (rows `[0, P/3)`), and from it on the 3-member shape (rows from `P/2`, untouched); the
-/// superblocks are 0.91 with the reshape fields. uraid must read it, read-only, as the
-/// content it had, and refuse to continue it (it does not write 0.91 progress yet).
-#[test]
-fn a_090_array_md_left_mid_grow_reads_back_read_only() {
+/// superblocks are 0.91 with the reshape fields. Member 3 (the old spare) is in role 3.
+fn grow_090_halfway(seed: u64, member_bytes: usize) -> (Vec<Vec<u8>>, Vec<u8>, usize) {
     use uraid_core::metadata::sb090::DiskDescriptor090;
     use uraid_core::metadata::{sb090_offset_sectors, MetadataVersion, Superblock};
     let mut sketch = uraid_engine::create::ArraySketch::new(Level::Raid5, "old");
     sketch.metadata = MetadataVersion::V0_90;
-    let halfway = grow_halfway(&sketch, 90);
-    let (old, new, content, size, position_sectors) =
-        (&halfway.old, &halfway.new, &halfway.content, halfway.content.len(), halfway.position_sectors);
-    // Member rows [0, P/3) come from the new shape; the 0.91 superblocks record the grow.
+    let halfway = grow_halfway(&sketch, seed, member_bytes);
+    let (old, new, position_sectors) = (&halfway.old, &halfway.new, halfway.position_sectors);
     let rows = position_sectors / 3 * 512;
     let images: Vec<Vec<u8>> = (0..4)
         .map(|i| {
@@ -385,12 +463,12 @@ fn a_090_array_md_left_mid_grow_reads_back_read_only() {
             sb.delta_disks = 1;
             (sb.new_level, sb.new_layout, sb.new_chunk_bytes) = (sb.level, sb.layout, sb.chunk_size_bytes);
             sb.reshape_position_sectors = position_sectors as u64;
-            sb.state &= !uraid_core::metadata::sb090::Superblock090::STATE_CLEAN;
-            // The spare became role 3 (active, being written by the reshape).
+            // Clean, as md leaves an array it parked and stopped.
+            // The spare became role 3 (a new role: in sync, as md's raid5_start_reshape sets it).
             for d in sb.disks.iter_mut().chain(std::iter::once(&mut sb.this_disk)) {
                 if d.number == 3 {
                     d.raid_disk = 3;
-                    d.state = DiskDescriptor090::STATE_ACTIVE;
+                    d.state = DiskDescriptor090::STATE_ACTIVE | DiskDescriptor090::STATE_SYNC;
                 }
             }
             sb.events += 1;
@@ -399,6 +477,15 @@ fn a_090_array_md_left_mid_grow_reads_back_read_only() {
             img
         })
         .collect();
+    (images, halfway.content, position_sectors)
+}
+
+/// uraid reads such an array as the content it had, continues the grow to the end writing
+/// md's 0.91 progress and a final 0.90 superblock, and the grown array holds the content.
+#[test]
+fn a_090_array_md_left_mid_grow_reads_back_and_continues() {
+    let (images, content, position_sectors) = grow_090_halfway(90, 8 << 20);
+    let size = content.len();
     let devices = as_devices(&mem_images(images));
     match Array::assemble(devices.clone(), &ArrayOptions::default()) {
         Err(EngineError::ReshapeInProgress { position_sectors: p }) => assert_eq!(p, position_sectors as u64),
@@ -411,10 +498,41 @@ fn a_090_array_md_left_mid_grow_reads_back_read_only() {
     assert!(got == *content, "the moved and the unmoved parts read back as written");
     drop(reading);
     let writable = ArrayOptions { writable: true, ..Default::default() };
-    match ReshapingArray::open(devices, &writable) {
-        Err(EngineError::Unsupported(why)) => assert!(why.contains("0.90"), "{why}"),
-        other => panic!("continuing a 0.90 reshape must be refused, got {:?}", other.map(|_| ())),
+    let reshaping = ReshapingArray::open(devices.clone(), &writable).expect("open to continue");
+    let mut seen_091 = false;
+    loop {
+        let step = reshaping.step().expect("step");
+        // Progress is recorded as md records a 0.90 reshape: 0.91 superblocks, in place.
+        let sb = superblock_090(devices[0].as_ref());
+        assert!(sb.minor_version == 91 || step == ReshapeStep::Finished, "0.91 while it runs, not {}", sb.minor_version);
+        seen_091 |= sb.minor_version == 91 && sb.reshape_position_sectors > position_sectors as u64;
+        if step == ReshapeStep::Finished {
+            break;
+        }
     }
+    assert!(seen_091, "a checkpoint was recorded part-way");
+    reshaping.close().expect("close");
+    drop(reshaping);
+    for d in &devices {
+        let sb = superblock_090(d.as_ref());
+        assert_eq!((sb.minor_version, sb.raid_disks, sb.level, sb.reshape_position_sectors), (90, 4, 5, 0));
+        assert!(sb.is_clean(), "closed clean");
+        assert_eq!(sb.active_roles(), vec![true; 4]);
+        assert_eq!(sb.this_disk.number, sb.this_disk.raid_disk, "md numbers members by role");
+    }
+    let (finished, _) = Array::assemble(devices.clone(), &writable).expect("assemble the grown array");
+    assert!(finished.size_bytes() as usize > size, "grown");
+    let mut got = vec![0u8; finished.size_bytes() as usize];
+    finished.read(0, &mut got).expect("read");
+    assert!(got[..size] == content[..], "the content survived the grow");
+    assert!(got[size..].iter().all(|&b| b == 0), "the new space reads as zeros");
+}
+
+fn superblock_090(dev: &dyn Member) -> uraid_core::metadata::sb090::Superblock090 {
+    let at = uraid_core::metadata::sb090_offset_sectors(dev.size_bytes()).unwrap() * 512;
+    let mut buf = vec![0u8; 4096];
+    dev.read_at(&mut buf, at).unwrap();
+    uraid_core::metadata::sb090::Superblock090::decode(&buf).expect("a valid 0.90 superblock")
 }
 
 /// A v1.2 RAID5 that md left part-way through a 3 -> 4 grow made with a backup file: the
@@ -426,7 +544,7 @@ fn a_090_array_md_left_mid_grow_reads_back_read_only() {
 #[test]
 fn a_grow_md_left_without_moving_the_data_offset_reads_and_continues() {
     use uraid_core::metadata::{FeatureMap, Superblock1};
-    let halfway = grow_halfway(&uraid_engine::create::ArraySketch::new(Level::Raid5, "same-offset"), 91);
+    let halfway = grow_halfway(&uraid_engine::create::ArraySketch::new(Level::Raid5, "same-offset"), 91, 8 << 20);
     let (old, new, content, size, position_sectors) =
         (&halfway.old, &halfway.new, &halfway.content, halfway.content.len(), halfway.position_sectors);
     let images: Vec<Vec<u8>> = (0..4)

@@ -351,8 +351,23 @@ impl Superblock090 {
             })
             .collect();
         let mut feature_map = FeatureMap(0);
+        let mut recovery_offset_raw = 0;
         if self.reshape_active() {
             feature_map.0 |= FeatureMap::RESHAPE_ACTIVE;
+            // 0.91 has no recovery_offset: a member the reshape writes into a new role is
+            // active but not in sync, and md takes it as rebuilt up to the reshape
+            // position (raid5.c `raid5_run`: "v0.91 doesn't store recovery_offset
+            // properly"), in member sectors of the new shape.
+            let this = &self.this_disk;
+            if this.has(DiskDescriptor090::STATE_ACTIVE)
+                && !this.has(DiskDescriptor090::STATE_SYNC)
+                && !this.has(DiskDescriptor090::STATE_FAULTY)
+            {
+                let parity = super::grow::parity_disks(self.new_level).unwrap_or(0);
+                let data_disks = u64::from(self.raid_disks.saturating_sub(parity).max(1));
+                feature_map.0 |= FeatureMap::RECOVERY_OFFSET;
+                recovery_offset_raw = if self.delta_disks < 0 { 0 } else { self.reshape_position_sectors / data_disks };
+            }
         }
         let component = u64::from(self.size_kib) * 2;
         let mut sb = Superblock1 {
@@ -376,7 +391,7 @@ impl Superblock090 {
             data_offset_sectors: 0,
             data_size_sectors: component,
             super_offset_sectors,
-            recovery_offset_raw: 0,
+            recovery_offset_raw,
             dev_number: self.this_disk.number,
             cnt_corrected_read: 0,
             device_uuid: [0; 16],
@@ -391,6 +406,154 @@ impl Superblock090 {
             pad3: [0; 32],
             dev_roles: roles,
         };
+        sb.update_checksum();
+        sb
+    }
+
+    /// The devices this superblock lists (md numbers descriptor `i` as `i`), by number:
+    /// members and spares, not the removed or faulty placeholders.
+    pub fn listed_devices(&self) -> Vec<u32> {
+        let gone = DiskDescriptor090::STATE_FAULTY | DiskDescriptor090::STATE_REMOVED;
+        (0..SB090_DISKS as u32)
+            .filter(|&i| {
+                let d = &self.disks[i as usize];
+                d.number == i && d.state & gone == 0 && (i > 0 || d.state != 0)
+            })
+            .collect()
+    }
+
+    /// For a member whose 0.91 superblock records a reshape that the other members have
+    /// already recorded finished (a crash while the final superblocks went out, each
+    /// member having recorded the position at the end first): the 0.90 superblock the
+    /// finish writes for it, with its own event count. `None` when it records no reshape.
+    pub fn finished_reshape(&self) -> Option<Superblock090> {
+        use super::sb1::FeatureMap;
+        if !self.reshape_active() {
+            return None;
+        }
+        let view = self.v1_view(0);
+        let state = super::reshape::ReshapeState::from_superblock(&view).ok()?;
+        let mut done = state.final_superblock(&view, u64::from(self.size_kib) * 2);
+        done.feature_map.0 &= !(FeatureMap::RECOVERY_OFFSET | FeatureMap::RESHAPE_ACTIVE);
+        let present: Vec<(u32, bool)> = self.listed_devices().into_iter().map(|n| (n, true)).collect();
+        Some(self.synced_from_v1(&done, &present))
+    }
+
+    /// The 0.90 superblock md's `super_90_sync` writes for the array state `v1` (a
+    /// [`Self::v1_view`] of `self`, changed: events, state, shape, reshape fields, roles),
+    /// keeping what only 0.90 records (uuid words, creation time, preferred minor, the
+    /// descriptors' device numbers) from `self`, this member's superblock the view was
+    /// taken from. `present` lists the devices md would hold (`rdev_for_each`): the view's
+    /// device number of each working device here, and whether it is in sync (a member in a
+    /// role written by a reshape as it goes is not yet). Their roles come from `v1`.
+    ///
+    /// As md does: 0.91 while a reshape is recorded, 0.90 otherwise; devices renumbered,
+    /// members by their role and spares after the last role; roles nobody holds recorded
+    /// removed and faulty (but descriptor 0, which md starts as removed only); a member not
+    /// yet in sync is active without `SYNC` in 0.91 (md has nowhere else to say so) and a
+    /// spare in 0.90. Devices recorded faulty in the view are left out, as md leaves out a
+    /// member once it is removed.
+    pub fn synced_from_v1(&self, v1: &super::Superblock1, present: &[(u32, bool)]) -> Superblock090 {
+        use super::sb1::FeatureMap;
+        let reshaping = v1.feature_map.contains(FeatureMap::RESHAPE_ACTIVE);
+        let clean = v1.resync_offset_sectors == super::MAX_SECTOR;
+        let mut sb = Superblock090 {
+            minor_version: if reshaping { 91 } else { 90 },
+            patch_version: self.patch_version,
+            gvalid_words: 0,
+            set_uuid: self.set_uuid,
+            ctime: self.ctime,
+            level: v1.level,
+            size_kib: u32::try_from(v1.size_sectors / 2).unwrap_or(u32::MAX),
+            nr_disks: 0,
+            raid_disks: v1.raid_disks,
+            md_minor: self.md_minor,
+            not_persistent: 0,
+            gstate_creserved: [0; 64],
+            utime: u32::try_from(v1.utime.seconds()).unwrap_or(u32::MAX),
+            state: if clean { Self::STATE_CLEAN } else { 0 },
+            active_disks: 0,
+            working_disks: 0,
+            failed_disks: 0,
+            spare_disks: 0,
+            sb_csum: 0,
+            events: v1.events,
+            // md records the resync checkpoint only while in sync (not "active").
+            cp_events: if v1.resync_offset_sectors == 0 { 0 } else { v1.events },
+            recovery_cp: u32::try_from(v1.resync_offset_sectors).unwrap_or(u32::MAX),
+            reshape_position_sectors: 0,
+            new_level: 0,
+            delta_disks: 0,
+            new_layout: 0,
+            new_chunk_bytes: 0,
+            gstate_sreserved: [0; 56],
+            layout: v1.layout,
+            chunk_size_bytes: v1.chunksize_sectors * 512,
+            root_pv: 0,
+            root_block: 0,
+            pstate_reserved: [0; 240],
+            disks: std::array::from_fn(|_| DiskDescriptor090::empty()),
+            this_disk: DiskDescriptor090::empty(),
+        };
+        if reshaping {
+            sb.reshape_position_sectors = v1.reshape_position_sectors;
+            sb.new_level = v1.new_level;
+            sb.delta_disks = v1.delta_disks;
+            sb.new_layout = v1.new_layout;
+            sb.new_chunk_bytes = v1.new_chunk_sectors * 512;
+        }
+        sb.disks[0].state = DiskDescriptor090::STATE_REMOVED;
+        let mut next_spare = v1.raid_disks;
+        let mut this_number = None;
+        let mut nr_disks = 0;
+        for &(n, in_sync) in present {
+            let role = v1.dev_roles.get(n as usize).copied().unwrap_or(0xffff);
+            if role == 0xfffe || role == 0xfffd {
+                continue;
+            }
+            let has_role = role < 0xff00 && u32::from(role) < v1.raid_disks;
+            let active = has_role && (in_sync || reshaping);
+            let number = if active { u32::from(role) } else { next_spare };
+            if !active {
+                next_spare += 1;
+            }
+            let Some(d) = sb.disks.get_mut(number as usize) else { continue };
+            let old = self.disks.get(n as usize);
+            *d = DiskDescriptor090 {
+                number,
+                major: old.map_or(0, |o| o.major),
+                minor: old.map_or(0, |o| o.minor),
+                raid_disk: if active { u32::from(role) } else { number },
+                state: 0,
+                reserved: [0; 108],
+            };
+            if active {
+                d.state = DiskDescriptor090::STATE_ACTIVE | if in_sync { DiskDescriptor090::STATE_SYNC } else { 0 };
+                sb.active_disks += 1;
+            } else {
+                sb.spare_disks += 1;
+            }
+            sb.working_disks += 1;
+            nr_disks += 1;
+            if n == v1.dev_number {
+                this_number = Some(number);
+            }
+        }
+        for (i, d) in sb.disks.iter_mut().enumerate().take(v1.raid_disks as usize) {
+            if d.state == 0 && d.number == 0 {
+                *d = DiskDescriptor090 {
+                    number: i as u32,
+                    raid_disk: i as u32,
+                    state: DiskDescriptor090::STATE_REMOVED | DiskDescriptor090::STATE_FAULTY,
+                    ..DiskDescriptor090::empty()
+                };
+                sb.failed_disks += 1;
+            }
+        }
+        sb.nr_disks = nr_disks;
+        if let Some(n) = this_number {
+            sb.this_disk = sb.disks[n as usize].clone();
+        }
         sb.update_checksum();
         sb
     }
@@ -490,6 +653,79 @@ mod tests {
         // Not reshaping (0.90, or 0.91 with the position all ones): no reshape.
         sb.reshape_position_sectors = u64::MAX;
         assert!(crate::metadata::reshape::ReshapeState::from_superblock(&sb.v1_view(1000)).is_err());
+    }
+
+    /// md's 0.91 superblock of a RAID5 3 -> 4 grow, as `super_90_sync` writes it: members
+    /// numbered by role, the one written into role 1 by the reshape active without `SYNC`,
+    /// a spare numbered after the roles, dirty while it runs.
+    fn grow_091(this: usize) -> Superblock090 {
+        let mut sb = sample();
+        (sb.minor_version, sb.level, sb.layout, sb.chunk_size_bytes, sb.raid_disks) = (91, 5, 2, 65536, 4);
+        (sb.delta_disks, sb.new_level, sb.new_layout, sb.new_chunk_bytes) = (1, 5, 2, 65536);
+        sb.reshape_position_sectors = 24576;
+        (sb.state, sb.recovery_cp, sb.cp_events) = (0, 0, 0);
+        for i in 0..5 {
+            sb.disks[i] = DiskDescriptor090 {
+                number: i as u32,
+                major: 7,
+                minor: 10 + i as u32,
+                raid_disk: i as u32,
+                state: match i {
+                    1 => DiskDescriptor090::STATE_ACTIVE,
+                    4 => 0,
+                    _ => DiskDescriptor090::STATE_ACTIVE | DiskDescriptor090::STATE_SYNC,
+                },
+                reserved: [0; 108],
+            };
+        }
+        (sb.nr_disks, sb.active_disks, sb.working_disks, sb.failed_disks, sb.spare_disks) = (5, 4, 5, 0, 1);
+        sb.this_disk = sb.disks[this].clone();
+        sb.update_checksum();
+        sb
+    }
+
+    #[test]
+    fn a_091_superblock_is_written_back_as_md_wrote_it() {
+        let present = [(0, true), (1, false), (2, true), (3, true), (4, true)];
+        for this in 0..5 {
+            let sb = grow_091(this);
+            let v1 = sb.v1_view(1000);
+            assert_eq!(sb.synced_from_v1(&v1, &present), sb, "member {this}");
+        }
+        // Member 1, active without SYNC, counts as rebuilt up to the position (in member
+        // sectors of the 3 data disks of the new shape), as md's raid5_run takes it.
+        let v1 = grow_091(1).v1_view(1000);
+        assert_eq!(v1.recovery_offset(), Some(24576 / 3));
+        assert_eq!(grow_091(0).v1_view(1000).recovery_offset(), None);
+    }
+
+    #[test]
+    fn md_renumbers_and_the_finish_writes_090() {
+        let sb = grow_091(4);
+        let mut v1 = sb.v1_view(1000);
+        // The reshape ended: no reshape fields, every member in sync, clean; member 2 gone
+        // (faulty), the spare keeps its place after the roles.
+        v1.feature_map.0 &= !crate::metadata::sb1::FeatureMap::RESHAPE_ACTIVE;
+        v1.resync_offset_sectors = crate::metadata::MAX_SECTOR;
+        v1.dev_roles[2] = 0xfffe;
+        v1.events += 1;
+        let present = [(0, true), (1, true), (3, true), (4, true)];
+        let done = sb.synced_from_v1(&v1, &present);
+        assert_eq!((done.minor_version, done.reshape_position_sectors, done.delta_disks), (90, 0, 0));
+        assert!(done.is_clean());
+        assert_eq!((done.cp_events, done.recovery_cp, done.events), (v1.events, u32::MAX, v1.events));
+        assert_eq!(done.this_disk.number, 4);
+        assert_eq!(done.role_of_this_device(), DeviceRole::Spare);
+        assert_eq!(done.disks[2].state, DiskDescriptor090::STATE_REMOVED | DiskDescriptor090::STATE_FAULTY);
+        assert_eq!((done.active_disks, done.working_disks, done.failed_disks, done.spare_disks, done.nr_disks), (3, 4, 1, 1, 4));
+        assert_eq!(done.active_roles(), vec![true, true, false, true]);
+        assert_eq!(Superblock090::decode(&done.encode()), Ok(done.clone()), "checksum and codec agree");
+        // A member not in sync once the reshape is over becomes a spare (0.90 cannot say
+        // "recovering"), numbered after the roles.
+        let halfway = sb.synced_from_v1(&v1, &[(0, true), (1, false), (3, true), (4, true)]);
+        assert_eq!((halfway.disks[4].number, halfway.disks[4].raid_disk, halfway.disks[4].state), (4, 4, 0));
+        assert_eq!((halfway.disks[5].number, halfway.disks[5].minor), (5, 14));
+        assert_eq!(halfway.disks[1].state, DiskDescriptor090::STATE_REMOVED | DiskDescriptor090::STATE_FAULTY);
     }
 
     #[test]

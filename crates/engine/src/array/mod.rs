@@ -408,6 +408,10 @@ impl Array {
         if let Some(position_sectors) = newest.and_then(Superblock::reshape_position_sectors) {
             return Err(EngineError::ReshapeInProgress { position_sectors });
         }
+        let newest_090 = match newest {
+            Some(Superblock::V090(sb)) => Some((sb.events, sb.set_uuid)),
+            _ => None,
+        };
         if let Some(Superblock::V1(sb)) = newest {
             let (newest_events, uuid) = (sb.events, sb.set_uuid);
             // The newest superblock says the reshape is over; a member one event behind
@@ -426,6 +430,19 @@ impl Array {
                             c.superblock = Superblock::V1(state.final_superblock(own, c.device_size_bytes / SECTOR_BYTES));
                         } else if let Some(adopted) = own.with_shape_of(&newest, c.device_size_bytes / SECTOR_BYTES) {
                             c.superblock = Superblock::V1(adopted);
+                        }
+                    }
+                }
+            }
+        }
+        if let Some((newest_events, uuid)) = newest_090 {
+            // The same for 0.90: a member one event behind still recording the reshape
+            // (0.91) that the newest records finished.
+            for c in candidates.iter_mut() {
+                if let Superblock::V090(own) = &c.superblock {
+                    if own.set_uuid == uuid && own.events + 1 >= newest_events {
+                        if let Some(done) = own.finished_reshape() {
+                            c.superblock = Superblock::V090(done);
                         }
                     }
                 }

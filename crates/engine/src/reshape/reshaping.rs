@@ -30,6 +30,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use uraid_core::geometry::{Level, SECTOR_BYTES};
 use uraid_core::metadata::grow::{plan_grow, GrowRequest, Room};
 use uraid_core::metadata::reshape::{ReshapeState, Side};
+use uraid_core::metadata::sb090::Superblock090;
 use uraid_core::metadata::{FeatureMap, Superblock, Superblock1, MAX_SECTOR};
 use uraid_core::reshape_order::{StepOrder, Turn};
 use uraid_core::reshape_window::{StripedShape, Window, WindowPlanner};
@@ -50,6 +51,10 @@ struct Slot {
     /// Byte offset of the superblock.
     at: u64,
     sb: Superblock1,
+    /// A 0.90 member: where its real superblock sits and what it said when opened. `at`
+    /// and `sb` are then its v1 view ([`Superblock090::v1_view`]), and every update is
+    /// written as md's 0.90 (0.91 while reshaping) superblock of that view.
+    sb090: Option<(u64, Superblock090)>,
     /// Failed while the array was open: no longer written.
     failed: bool,
 }
@@ -140,31 +145,40 @@ fn striped_shape(array: &Array, data_offset_sectors: u64) -> Option<StripedShape
 
 /// Reads the newest v1 superblock of every device; all must belong to one array.
 fn read_superblocks(devices: &[Arc<dyn Member>]) -> Result<Vec<(u64, Superblock1)>, EngineError> {
-    let (found, from_090) = superblocks_of(&devices.iter().map(|d| (d.clone(), probe(d.as_ref()))).collect::<Vec<_>>())?;
-    if from_090 {
+    let (found, originals) = superblocks_of(&devices.iter().map(|d| (d.clone(), probe(d.as_ref()))).collect::<Vec<_>>())?;
+    if originals.iter().any(Option::is_some) {
+        // 0.90 has no data offset to move: every reshape starts with a critical section
+        // that only md's backup (file, or the new members' spare space) makes crash-safe.
         return Err(EngineError::Unsupported(
-            "uraid does not reshape 0.90 arrays (md needs a backup file for them: mdadm --grow --backup-file)".into(),
+            "uraid does not start reshapes of 0.90 arrays: 0.90 cannot move the data offset, so md needs a backup file \
+             for the start (mdadm --grow --backup-file=FILE ...); once md is past it, uraid can continue the reshape"
+                .into(),
         ));
     }
     Ok(found)
 }
 
+/// The real superblock of each 0.90 member, and where it sits.
+type Originals090 = Vec<Option<(u64, Superblock090)>>;
+
 /// [`read_superblocks`] of devices already probed; 0.90 superblocks as their v1 view
-/// ([`uraid_core::metadata::sb090::Superblock090::v1_view`], placed where a 1.0
-/// superblock would sit, inside the 64 KiB that 0.90 reserves at the end). The flag says
-/// the array is 0.90.
-fn superblocks_of(probed: &[crate::scan::Probed]) -> Result<(Vec<(u64, Superblock1)>, bool), EngineError> {
+/// ([`Superblock090::v1_view`], placed where a 1.0 superblock would sit, inside the 64 KiB
+/// that 0.90 reserves at the end), with the 0.90 superblock itself beside.
+fn superblocks_of(probed: &[crate::scan::Probed]) -> Result<(Vec<(u64, Superblock1)>, Originals090), EngineError> {
     let mut found: Vec<(u64, Superblock1)> = Vec::with_capacity(probed.len());
-    let mut from_090 = false;
+    let mut originals: Originals090 = Vec::with_capacity(probed.len());
     for (dev, p) in probed {
         match p.best().cloned() {
-            Some((loc, Superblock::V1(sb))) => found.push((loc.offset_bytes, sb)),
-            Some((_, Superblock::V090(sb))) => {
+            Some((loc, Superblock::V1(sb))) => {
+                found.push((loc.offset_bytes, sb));
+                originals.push(None);
+            }
+            Some((loc, Superblock::V090(sb))) => {
                 let Some(at) = uraid_core::metadata::sb10_offset_sectors(dev.size_bytes()) else {
                     return Err(EngineError::NoSuperblock { device: dev.label().to_string(), detail: "too small".into() });
                 };
-                from_090 = true;
                 found.push((at * SECTOR_BYTES, sb.v1_view(at)));
+                originals.push(Some((loc.offset_bytes, sb)));
             }
             None => return Err(EngineError::NoSuperblock { device: dev.label().to_string(), detail: String::new() }),
         }
@@ -178,7 +192,7 @@ fn superblocks_of(probed: &[crate::scan::Probed]) -> Result<(Vec<(u64, Superbloc
             )));
         }
     }
-    Ok((found, from_090))
+    Ok((found, originals))
 }
 
 /// `newest`'s array-wide fields with `own`'s per-device ones.
@@ -263,17 +277,7 @@ impl ReshapingArray {
     pub fn open(devices: Vec<Arc<dyn Member>>, opts: &ArrayOptions) -> Result<ReshapingArray, EngineError> {
         // A device failing to read its superblock is missing, as for any assembly.
         let (probed, _unreadable) = crate::scan::probe_leaving_out_unreadable(devices);
-        let (found, from_090) = superblocks_of(&probed)?;
-        if from_090 && opts.writable {
-            // Reading it is safe (the shapes are as md records them, data never moved);
-            // continuing needs 0.90 superblock updates at each checkpoint, which uraid does
-            // not write yet.
-            return Err(EngineError::Unsupported(
-                "this 0.90 array is in the middle of a reshape: uraid reads it (read-only) but does not continue it yet; \
-                 finish it with mdadm (mdadm --assemble continues it; give --backup-file if mdadm asks for one)"
-                    .into(),
-            ));
-        }
+        let (found, originals) = superblocks_of(&probed)?;
         let devices: Vec<Arc<dyn Member>> = probed.into_iter().map(|(d, _)| d).collect();
         let newest_events = found.iter().map(|(_, sb)| sb.events).max().ok_or_else(|| EngineError::Refused("no devices given".into()))?;
         // Devices behind the newest (by more than md's one-event margin: a crash between
@@ -388,11 +392,32 @@ impl ReshapingArray {
         };
         let position =
             if newest.reshape_position_sectors == MAX_SECTOR { planner.start_position() } else { newest.reshape_position_sectors };
+        if opts.writable {
+            // A reshape md started with a backup file (0.90 always, 1.x where the data
+            // offset could not move) needs it wherever the new shape would overwrite old data
+            // not yet moved: refused before anything is written, rather than stopped there.
+            planner.check_to_end(position).map_err(|e| match e {
+                uraid_core::reshape_window::WindowError::NoRoom { first, end } => EngineError::Unsupported(format!(
+                    "this reshape cannot go on without md's backup file: moving array sectors {first}..{end} would overwrite \
+                     data not yet moved (md started it with a backup file); finish it with mdadm \
+                     (mdadm --assemble --backup-file=FILE ...), or read it read-only"
+                )),
+                other => EngineError::Unsupported(other.to_string()),
+            })?;
+        }
         // md keeps the array's size through a reshape (a grow shows its new size at the
         // end; a shrink was cut to its new size before it began): the smaller side's.
         let size_bytes = old.size_bytes().min(new.size_bytes());
-        let slots =
-            current.iter().map(|&i| Slot { member: devices[i].clone(), at: found[i].0, sb: found[i].1.clone(), failed: false }).collect();
+        let slots = current
+            .iter()
+            .map(|&i| Slot {
+                member: devices[i].clone(),
+                at: found[i].0,
+                sb: found[i].1.clone(),
+                sb090: originals[i].clone(),
+                failed: false,
+            })
+            .collect();
         Ok(ReshapingArray {
             old,
             new,
@@ -616,7 +641,20 @@ impl ReshapingArray {
                 slot.sb.events = *events;
                 slot.sb.utime = uraid_core::metadata::sb1::MdTime::from_parts(now, 0);
                 slot.sb.sb_csum = slot.sb.compute_checksum();
-                if let Err(e) = slot.member.write_at(&superblock_bytes_of(&Superblock::V1(slot.sb.clone())), slot.at) {
+            }
+            // A 0.90 member's descriptors list every device here, each in sync unless the
+            // reshape is still writing its role.
+            let present_090: Vec<(u32, bool)> = slots
+                .iter()
+                .filter(|s| !s.failed)
+                .map(|s| (s.sb.dev_number, !s.sb.feature_map.contains(FeatureMap::RECOVERY_OFFSET)))
+                .collect();
+            for slot in slots.iter().filter(|s| !s.failed) {
+                let (bytes, at) = match &slot.sb090 {
+                    Some((at, original)) => (original.synced_from_v1(&slot.sb, &present_090).encode().to_vec(), *at),
+                    None => (superblock_bytes_of(&Superblock::V1(slot.sb.clone())), slot.at),
+                };
+                if let Err(e) = slot.member.write_at(&bytes, at) {
                     dead.push((slot.sb.dev_number, format!("{}: superblock write: {e}", slot.member.label())));
                 }
             }
