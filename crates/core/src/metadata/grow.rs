@@ -134,6 +134,25 @@ pub fn parity_disks(level: i32) -> Option<u32> {
     }
 }
 
+/// mdadm's `choose_offset`: a new data offset in `[min, max]`, near the middle of
+/// `[lo, hi]`, rounded towards a 1 MiB alignment one bit at a time (adding or taking away
+/// each set bit from the lowest, whichever stays in range and further from the edge).
+fn choose_offset(lo: u64, hi: u64, min: u64, max: u64) -> u64 {
+    let mut choice = (lo + hi) / 2;
+    let mut bit = 1;
+    while bit < 2 * 1024 {
+        if choice & bit != 0 {
+            let (bigger, smaller) = (choice + bit, choice - bit);
+            if bigger > max && smaller < min {
+                break;
+            }
+            choice = if bigger > max || (smaller >= min && hi - bigger <= smaller - lo) { smaller } else { bigger };
+        }
+        bit <<= 1;
+    }
+    choice
+}
+
 fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 {
         a
@@ -232,6 +251,35 @@ pub fn plan_grow(sb: &Superblock1, req: &GrowRequest, spares: &[u32], room: Room
     } else {
         return Err(GrowError::NoRoom { needed: move_by, have: room.before_sectors.max(room.after_sectors), where_: "before or after" });
     };
+    // The same member count (a chunk or layout change): mdadm moves the data by about half
+    // the room on the side with more of it (`set_new_data_offset`, `choose_offset`), not
+    // by `min`. The gap between the shapes' rows is what a window may cover before the
+    // next checkpoint: with `min` every unit needed one (a 64K -> 512K change measured 0.46
+    // of the members' bound; see README "Reshape").
+    let moved = if new.raid_disks == old.raid_disks && !shrinks {
+        let off = sb.data_offset_sectors;
+        let (backwards, fits) = if room.before_sectors > room.after_sectors {
+            (false, room.before_sectors >= move_by)
+        } else {
+            (true, room.after_sectors >= move_by)
+        };
+        if !fits {
+            return Err(GrowError::NoRoom {
+                needed: move_by,
+                have: room.before_sectors.max(room.after_sectors),
+                where_: "before or after",
+            });
+        }
+        let to = if backwards {
+            choose_offset(off, off + room.after_sectors, off + move_by, off + room.after_sectors)
+        } else {
+            choose_offset(off - room.before_sectors, off, off - room.before_sectors, off - move_by)
+        };
+        Some((backwards, to.abs_diff(off)))
+    } else {
+        None
+    };
+    let (backwards, move_by) = moved.unwrap_or((backwards, move_by));
     let new_offset_sectors = if backwards { move_by as i64 } else { -(move_by as i64) };
     let position_sectors = if backwards { new_dd * size_sectors } else { 0 };
     // md's `raid5_start_reshape` gives each spare the lowest empty slot (`raid5_add_disk`
@@ -633,13 +681,32 @@ mod tests {
     }
 
     #[test]
-    fn a_chunk_change_moves_by_the_lcm_over_the_data_disks_and_runs_backwards_without_room_before() {
+    fn choose_offset_is_mdadms() {
+        // Forwards with 1968 sectors before a data offset of 2048, `min` 1024: the middle
+        // (1064) loses bit 3, bit 5, then cannot lose bit 10 (below `lo`): 1024.
+        assert_eq!(choose_offset(80, 2048, 80, 1024), 1024);
+        assert_eq!(choose_offset(2048, 6144, 3072, 6144), 4096);
+        // Every bit below 1 MiB cleared when the range allows: a 1 MiB-aligned offset.
+        assert_eq!(choose_offset(2048, 2048 + 100_000, 2048 + 1024, 2048 + 100_000) % 2048, 0);
+        for (lo, hi, min) in [(0u64, 5000u64, 1000u64), (300, 9000, 700), (2048, 2100, 2050)] {
+            let c = choose_offset(lo, hi, min, hi);
+            assert!((min..=hi).contains(&c), "{lo} {hi} {min}: {c}");
+        }
+    }
+
+    #[test]
+    fn a_chunk_change_moves_the_data_as_mdadm_chooses_and_runs_backwards_without_room_before() {
         let sb = raid5_3();
         let req = GrowRequest { chunk_sectors: Some(1024), ..Default::default() };
         let plan = plan_grow(&sb, &req, &[], ROOM).unwrap();
         assert_eq!((plan.state.new_offset_sectors, plan.state.backwards), (-1024, false));
+        // With the room after the data, it goes up by about half of it, as mdadm's
+        // `choose_offset` picks: the middle of 2048..6144 is 4096, already 1 MiB-aligned.
         let plan = plan_grow(&sb, &req, &[], Room { before_sectors: 0, after_sectors: 4096 }).unwrap();
-        assert_eq!((plan.state.new_offset_sectors, plan.state.backwards, plan.state.position_sectors), (1024, true, 2 * 30720));
+        assert_eq!((plan.state.new_offset_sectors, plan.state.backwards, plan.state.position_sectors), (2048, true, 2 * 30720));
+        // Room on both sides: the side with more of it.
+        let plan = plan_grow(&sb, &req, &[], Room { before_sectors: 1968, after_sectors: 20000 }).unwrap();
+        assert!(plan.state.backwards && plan.state.new_offset_sectors >= 1024, "{:?}", plan.state);
         let mut rec = sb.clone();
         plan.apply(&mut rec);
         assert_eq!(rec.feature_map.0, 0x64, "backwards, recorded by the flag when the member count stays");
