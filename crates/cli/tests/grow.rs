@@ -209,7 +209,7 @@ fn a_raid10_near_gets_a_member_more_even_when_stopped_half_way() {
     for (args, needle) in [
         (&["grow", "-n", "5"][..], "add them first"),
         (&["grow", "-n", "2"][..], "does not remove them yet"),
-        (&["grow", "-n", "4", "--chunk", "128K"][..], "chunk"),
+        (&["grow", "-n", "4", "--layout", "f2"][..], "far"),
         (&["grow", "-n", "4", "--layout", "n3"][..], "number of copies"),
     ] {
         refused(dir, &devs, args, needle);
@@ -240,6 +240,30 @@ fn a_raid10_near_gets_a_member_more_even_when_stopped_half_way() {
     let dir = tmp.path();
     let (devs, _) = filled(dir, "10", 4, &["--layout", "f2"]);
     refused(dir, &devs, &["grow", "-n", "5"], "far");
+}
+
+/// The other RAID10 reshapes md makes on the same members: another chunk, and a switch
+/// between near and offset, each stopped part-way and continued, the content kept.
+#[test]
+fn a_raid10_changes_its_chunk_and_switches_near_and_offset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (devs, content) = filled(dir, "10", 4, &["--layout", "n2"]);
+    for (change, layout, chunk_kib) in [(&["--chunk", "128K"][..], "near=2", 128), (&["--layout", "o2"][..], "offset=2", 128)] {
+        let mut args = vec!["grow", "--json", "--sync-max", "6000"];
+        args.extend_from_slice(change);
+        let parked = json(&ok(dir, &with_devs(&args, &devs)));
+        assert_eq!(parked["finished"], false, "{parked}");
+        assert_eq!(read_prefix(dir, &devs, content.len()), content, "{change:?}: content while parked mid-reshape");
+        let done = json(&ok(dir, &with_devs(&["grow", "--json", "--continue"], &devs)));
+        assert_eq!(done["finished"], true, "{done}");
+        let after = ok(dir, &with_devs(&["read"], &devs)).stdout;
+        assert!(after == content, "{change:?}: the same content, the same size");
+        let ex = json(&ok(dir, &with_devs(&["examine", "--json"], &devs)));
+        for e in ex.as_array().unwrap() {
+            assert_eq!((e["layout"].as_str(), e["chunk_size_kib"].as_u64()), (Some(layout), Some(chunk_kib)), "{change:?}: {e}");
+        }
+    }
 }
 
 #[test]

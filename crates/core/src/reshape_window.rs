@@ -553,27 +553,32 @@ pub(crate) mod tests {
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
-        /// RAID10 near and offset reshapes (any member counts and copies, forwards with the
-        /// data moved down or backwards with it moved up): every copy of every sector stays
-        /// readable at every instant, or the reshape is refused up front.
+        /// RAID10 near and offset reshapes (any member counts and copies, chunk changes
+        /// and switches between near and offset, forwards with the data moved down or
+        /// backwards with it moved up): every copy of every sector stays readable at every
+        /// instant, or the reshape is refused up front.
         #[test]
         fn every_planned_raid10_reshape_keeps_every_copy_readable(
-            old_disks in 2u64..7, new_disks in 2u64..9, copies in 2u64..4, chunk_pow in 0u32..3,
-            chunks in 4u64..40, gap_chunks in 0u64..4, backwards: bool, max_units in 1u64..6, offset_layout: bool,
+            old_disks in 2u64..7, new_disks in 2u64..9, copies in 2u64..4, old_chunk_pow in 0u32..3, new_chunk_pow in 0u32..3,
+            chunks in 4u64..40, gap_chunks in 0u64..4, backwards: bool, max_units in 1u64..6, old_offset_layout: bool,
+            new_offset_layout: bool,
         ) {
             proptest::prop_assume!(copies <= old_disks.min(new_disks));
-            let (near_copies, far) = if offset_layout { (1, copies) } else { (copies, 1) };
-            let chunk = 8u64 << chunk_pow;
+            let split = |offset_layout: bool| if offset_layout { (1, copies) } else { (copies, 1) };
+            let ((old_near, old_far), (new_near, new_far)) = (split(old_offset_layout), split(new_offset_layout));
+            let (old_chunk, new_chunk) = (8u64 << old_chunk_pow, 8u64 << new_chunk_pow);
+            let chunk = old_chunk.max(new_chunk);
             let gap = gap_chunks * chunk + 8;
-            let component = chunks * chunk * far;
+            let component = chunks * chunk * copies;
             let (old_off, new_off) = if backwards { (256, 256 + gap) } else { (256 + gap, 256) };
-            let old = raid10(old_disks, near_copies, far, chunk, old_off, component);
-            let mut new = raid10(new_disks, near_copies, far, chunk, new_off, component);
+            let old = raid10(old_disks, old_near, old_far, old_chunk, old_off, component);
+            let mut new = raid10(new_disks, new_near, new_far, new_chunk, new_off, component);
             // The data area keeps its end: the new shape gains what the offset moved down.
             if !backwards {
-                new = raid10(new_disks, near_copies, far, chunk, new_off, (component + gap) / chunk * chunk);
+                new = raid10(new_disks, new_near, new_far, new_chunk, new_off, (component + gap) / chunk * chunk);
             }
             let p = WindowPlanner { old, new, backwards, max_window_sectors: chunk * max_units };
+            proptest::prop_assume!(old != new || old_disks != new_disks);
             match replay(&p) {
                 Ok(_) => {}
                 Err(e) if e.contains("backup file") => {}

@@ -17,6 +17,9 @@
 //! whose device still called itself a spare (the array did not assemble); and the finish
 //! wrote final superblocks (new data offset) beside members still recording the reshape,
 //! which assembly then read at the old offset (sector 96 lost, event 519 of 564).
+//! The array holds random content before the reshape begins: on a fresh (zeroed) array, a
+//! RAID10 near -> offset switch with its checkpoints skipped passed, zeros moved anywhere
+//! reading back as zeros; with the content it fails (sector 0, event 141 of 372).
 
 mod common;
 use common::*;
@@ -163,28 +166,43 @@ fn a_crash_at_any_instant_of_a_grow_or_shrink_under_writes_loses_no_flushed_writ
     // array cut to a quarter of the members first, as --array-size asks).
     // And a grow of a RAID6 missing member 1: the spare takes role 1, written by the reshape
     // as it goes (md's recovery_offset following it), and the new role stays missing.
-    for (level, disks, seed, grow, missing, layout) in [
-        (Level::Raid5, 3, 11u64, true, None, None),
-        (Level::Raid6, 4, 12, true, None, None),
-        (Level::Raid5, 4, 13, false, None, None),
-        (Level::Raid6, 5, 14, false, None, None),
-        (Level::Raid6, 4, 15, true, Some(1), None),
+    // The same members with another chunk or layout (RAID10: near <-> offset): the data
+    // moved by about half the room, forwards or backwards as it lies (mdadm's choice).
+    let chunk_32k = Some(GrowRequest { chunk_sectors: Some(64), ..Default::default() });
+    let to_offset = Some(GrowRequest { layout: Some(0x10201), ..Default::default() });
+    for (level, disks, seed, grow, missing, layout, change) in [
+        (Level::Raid5, 3, 11u64, true, None, None, None),
+        (Level::Raid6, 4, 12, true, None, None, None),
+        (Level::Raid5, 4, 13, false, None, None, None),
+        (Level::Raid6, 5, 14, false, None, None, None),
+        (Level::Raid6, 4, 15, true, Some(1), None, None),
         // A shrink of a RAID6 missing member 1: both shapes degraded; the member leaving
         // becomes a spare, rebuilt into role 1 after the restart.
-        (Level::Raid6, 5, 18, false, Some(1), None),
+        (Level::Raid6, 5, 18, false, Some(1), None, None),
         // RAID10 near, 2 copies: 3 -> 4 and 4 -> 5 members (a chunk's copies spill into
         // the next row with an odd count), the data moved down one chunk as mdadm does.
-        (Level::Raid10, 3, 16, true, None, None),
-        (Level::Raid10, 4, 17, true, None, None),
+        (Level::Raid10, 3, 16, true, None, None, None),
+        (Level::Raid10, 4, 17, true, None, None, None),
         // RAID10 offset (o2), 3 -> 4: each chunk row followed by its copy row, the data moved
         // down two chunks.
-        (Level::Raid10, 3, 19, true, None, Some(0x10201)),
+        (Level::Raid10, 3, 19, true, None, Some(0x10201), None),
+        // RAID10 n2 of 4, chunk 16K -> 32K; and near -> offset (o2).
+        (Level::Raid10, 4, 20, false, None, None, chunk_32k),
+        (Level::Raid10, 4, 21, false, None, None, to_offset),
     ] {
-        let mut shape = Shape::new(level, disks).spares(usize::from(grow));
+        let mut shape = Shape::new(level, disks).spares(usize::from(grow && change.is_none()));
         shape.layout = layout;
         shape.member_bytes = 2 << 20;
         shape.chunk_kib = 16;
         let made = make(&shape);
+        // Random content everywhere: a window moved to the wrong place, or old data
+        // overwritten before the position was recorded, must show (a fresh array is zeros,
+        // and zeros moved anywhere read back as zeros).
+        {
+            let array = open(&made.members, false);
+            array.write(0, &Rng::new(seed ^ 0xc0ffee).bytes(array.size_bytes() as usize)).expect("fill");
+            array.close().expect("close");
+        }
         let images: Vec<Arc<MemMember>> = made.members.into_iter().chain(made.spares).collect();
         let before: Vec<Vec<u8>> = images.iter().map(|m| m.snapshot()).collect();
         let history = Arc::new(History::default());
@@ -202,7 +220,9 @@ fn a_crash_at_any_instant_of_a_grow_or_shrink_under_writes_loses_no_flushed_writ
             Level::Raid10 => 0,
             _ => 1,
         };
-        let req = if grow {
+        let req = if let Some(change) = change {
+            change
+        } else if grow {
             GrowRequest { raid_disks: Some(disks as u32 + 1), ..Default::default() }
         } else {
             let cut = (disks as u64 - 1 - parity) * (shape.member_bytes as u64 / 512 / 4);
@@ -210,10 +230,13 @@ fn a_crash_at_any_instant_of_a_grow_or_shrink_under_writes_loses_no_flushed_writ
         };
         let array = ReshapingArray::start(devs, &opts, &req).expect("start");
         // Array sectors covering whole stripes of both shapes (the lcm of their widths).
-        let (old_dd, new_dd) = ((disks as u64 - parity) as usize, (if grow { disks + 1 } else { disks - 1 }) - parity as usize);
+        let new_disks = req.raid_disks.map_or(disks, |n| n as usize);
+        let (old_dd, new_dd) = ((disks as u64 - parity) as usize, new_disks - parity as usize);
         let chunk = shape.chunk_kib as usize * 2;
         let hole_unit = num_lcm(old_dd * chunk, new_dd * chunk);
         let what_reshape = match (grow, missing) {
+            _ if change == chunk_32k => "chunk change",
+            _ if change == to_offset => "near -> offset",
             (true, None) if layout == Some(0x10201) => "offset grow",
             (true, None) if level == Level::Raid10 => "near grow",
             (true, None) => "grow",
@@ -324,10 +347,14 @@ struct Recording<'a> {
 fn check_every_crash_point(r: &Recording) {
     let Recording { what_reshape, level, before, history, writes, original, size, missing, hole_unit, superblock_at } = *r;
     let events = std::mem::take(&mut *history.events.lock().unwrap());
-    // Every event next to a flush or a superblock write, and a stride of the rest.
+    // Every event next to a flush or a superblock write, and a stride of the rest: at least
+    // ~120 of them, so that a short reshape (a few windows between two flushes) is crashed
+    // inside its windows too, not only at its flushes (a RAID10 o2 switch skipping its
+    // checkpoints passed with a stride of 97).
+    let stride = (events.len() / 120).clamp(1, 97);
     let superblock = |e: &Event| matches!(e, Event::Flush { .. }) || matches!(e, Event::Write { offset, .. } if superblock_at(*offset));
     let points: Vec<usize> = (0..=events.len())
-        .filter(|&k| k % 97 == 0 || k == events.len() || superblock(&events[k]) || (k > 0 && superblock(&events[k - 1])))
+        .filter(|&k| k % stride == 0 || k == events.len() || superblock(&events[k]) || (k > 0 && superblock(&events[k - 1])))
         .collect();
     assert!(points.len() > 50, "{level:?}: only {} crash points", points.len());
     for (n, &k) in points.iter().enumerate() {

@@ -102,8 +102,9 @@ pub struct ConcurrentOutcome {
     pub reshaped: bool,
     /// That reshape removed a member (a shrink, run backwards).
     pub shrunk: bool,
-    /// That reshape was a RAID10 near grow (chunks copied to every copy of the new shape).
-    pub mirror_grown: bool,
+    /// That reshape was a RAID10 one (more members, another chunk, or near <-> offset:
+    /// chunks copied to every copy of the new shape).
+    pub raid10_reshaped: bool,
     /// A fault (a member failing, latent or unwritable sectors) was injected while the
     /// reshape ran.
     pub reshape_faulted: bool,
@@ -458,18 +459,19 @@ fn plan(seed: u64, limits: &ConcurrentLimits) -> Plan {
     // drawn above: a crash at any tick, or a member failing (a degraded reshape), or latent
     // or unwritable sectors (never a crash with those, for the write-hole reason above).
     // Not with a hot replace: uraid reshapes only an array with no job pending.
-    // RAID10 near or offset gets a member more from its spare (the one change uraid makes
-    // to it).
-    let near_raid10 = level == Level::Raid10 && matches!(shape.layout, Some(0x102 | 0x10201)) && shape.spares > 0;
+    // RAID10 near or offset gets a member more from its spare, or another chunk, or
+    // switches between near and offset (the changes md and uraid make to it).
+    let near_raid10 = level == Level::Raid10 && matches!(shape.layout, Some(0x102 | 0x10201));
     let reshapable = (matches!(level, Level::Raid4 | Level::Raid5 | Level::Raid6) || near_raid10) && !shape.bitmap;
     // A shrink (one member fewer, md's backwards reshape) needs the array cut first: to what
     // the clients use, far below the new capacity.
     let shrinkable = if level == Level::Raid6 { disks >= 5 } else { disks >= 4 };
-    // (RAID10 near grows more often: few episodes qualify, a spare and a near layout.)
+    // (RAID10 reshapes more often: few episodes qualify, a near or offset layout.)
     let reshape = (reshapable && !replace && rng.chance(if near_raid10 { 90 } else { 30 })).then(|| match rng.below(4) {
         0 if shape.spares > 0 => GrowRequest { raid_disks: Some(disks as u32 + 1), ..Default::default() },
-        _ if near_raid10 => GrowRequest { raid_disks: Some(disks as u32 + 1), ..Default::default() },
-        3 if shrinkable => GrowRequest {
+        _ if near_raid10 && shape.spares > 0 && rng.chance(50) => GrowRequest { raid_disks: Some(disks as u32 + 1), ..Default::default() },
+        1 if near_raid10 => GrowRequest { layout: Some(if shape.layout == Some(0x102) { 0x10201 } else { 0x102 }), ..Default::default() },
+        3 if shrinkable && !near_raid10 => GrowRequest {
             raid_disks: Some(disks as u32 - 1),
             array_size_sectors: Some((blocks * BLOCK) as u64 / 512),
             ..Default::default()
@@ -896,7 +898,7 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
     outcome.reshape_refused = reshape_refused.load(Ordering::Acquire);
     outcome.reshaped = plan.reshape.is_some() && !outcome.reshape_refused;
     outcome.shrunk = outcome.reshaped && plan.reshape.as_ref().and_then(|r| r.raid_disks).is_some_and(|n| (n as usize) < shape.disks);
-    outcome.mirror_grown = outcome.reshaped && shape.level == Level::Raid10;
+    outcome.raid10_reshaped = outcome.reshaped && shape.level == Level::Raid10;
     if outcome.crashed {
         // The old array may try to close itself while dropped; the disks are off.
         drop(array);

@@ -24,7 +24,7 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
     let (unwritable, listed) = (AtomicU64::new(0), AtomicU64::new(0));
     let (reshapes, reshapes_crashed) = (AtomicU64::new(0), AtomicU64::new(0));
     let (shrinks, shrinks_crashed) = (AtomicU64::new(0), AtomicU64::new(0));
-    let (mirror_grows, mirror_grows_crashed) = (AtomicU64::new(0), AtomicU64::new(0));
+    let (raid10_reshapes, raid10_crashed) = (AtomicU64::new(0), AtomicU64::new(0));
     // Reshapes during which a member failed, a latent sector or an unwritable one appeared.
     let (reshape_member_failures, reshape_latent, reshape_unwritable) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let failures = Mutex::new(Vec::new());
@@ -51,8 +51,8 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
                         reshapes_crashed.fetch_add((o.reshaped && o.crashed) as u64, Ordering::Relaxed);
                         shrinks.fetch_add(o.shrunk as u64, Ordering::Relaxed);
                         shrinks_crashed.fetch_add((o.shrunk && o.crashed) as u64, Ordering::Relaxed);
-                        mirror_grows.fetch_add(o.mirror_grown as u64, Ordering::Relaxed);
-                        mirror_grows_crashed.fetch_add((o.mirror_grown && o.crashed) as u64, Ordering::Relaxed);
+                        raid10_reshapes.fetch_add(o.raid10_reshaped as u64, Ordering::Relaxed);
+                        raid10_crashed.fetch_add((o.raid10_reshaped && o.crashed) as u64, Ordering::Relaxed);
                         let during = o.reshaped && o.reshape_faulted;
                         reshape_member_failures.fetch_add((during && o.member_failed) as u64, Ordering::Relaxed);
                         reshape_latent.fetch_add((during && o.latent_sectors) as u64, Ordering::Relaxed);
@@ -70,7 +70,7 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
     let max = max_in_flight.load(Ordering::Relaxed);
     eprintln!(
         "concurrent: 1000 seeds, {} crashes, {} member failures, {} hot replaces, {} hot adds, {} with latent sectors ({} read errors corrected), \
-         {} with unwritable sectors ({} ranges listed), {} reshapes ({} crashed; {} shrinks, {} crashed; {} RAID10 grows, {} crashed; {} with a member failing, {} with latent and {} with unwritable sectors appearing during the reshape); \
+         {} with unwritable sectors ({} ranges listed), {} reshapes ({} crashed; {} shrinks, {} crashed; {} RAID10 reshapes, {} crashed; {} with a member failing, {} with latent and {} with unwritable sectors appearing during the reshape); \
          max in flight: {max}",
         crashes.load(Ordering::Relaxed),
         member_failures.load(Ordering::Relaxed),
@@ -84,8 +84,8 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
         reshapes_crashed.load(Ordering::Relaxed),
         shrinks.load(Ordering::Relaxed),
         shrinks_crashed.load(Ordering::Relaxed),
-        mirror_grows.load(Ordering::Relaxed),
-        mirror_grows_crashed.load(Ordering::Relaxed),
+        raid10_reshapes.load(Ordering::Relaxed),
+        raid10_crashed.load(Ordering::Relaxed),
         reshape_member_failures.load(Ordering::Relaxed),
         reshape_latent.load(Ordering::Relaxed),
         reshape_unwritable.load(Ordering::Relaxed)
@@ -124,7 +124,7 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
     // RAID10 near grows among them, some crashed part-way (about half of what these seeds
     // gave when measured).
     assert!(
-        mirror_grows.load(Ordering::Relaxed) >= 9 && mirror_grows_crashed.load(Ordering::Relaxed) >= 4,
+        raid10_reshapes.load(Ordering::Relaxed) >= 9 && raid10_crashed.load(Ordering::Relaxed) >= 4,
         "the seeds should grow RAID10 arrays under load and crash during it"
     );
     // Faults during reshapes: a degraded reshape, reads healed and writes failing mid-way.

@@ -302,31 +302,40 @@ pub fn plan_grow(sb: &Superblock1, req: &GrowRequest, spares: &[u32], room: Room
 
 /// A RAID10 reshape, as mdadm plans one (Grow.c `analyse_change` case 10,
 /// `raid10_reshape`) and raid10.c runs it (`raid10_start_reshape`): no backup, ever; the
-/// data offset moves by the larger chunk times the far copies (`min_offset_change`), down
-/// when members are added, and the reshape runs forwards. uraid adds members to near and
-/// offset layouts; md also switches near and offset, changes the chunk and removes
-/// members, which uraid refuses with what to use instead.
+/// data offsets must differ by at least the larger of the two shapes' chunk times far
+/// copies (`min_offset_change`, checked by the kernel). Members added: the data moves down
+/// by that, forwards. The same members with another chunk or a switch between near and
+/// offset: the data moves by about half the room on the side with more of it
+/// (`set_new_data_offset`, [`choose_offset`]), forwards when that is before the data,
+/// backwards when after. md also removes members, which uraid refuses with what to use
+/// instead.
 fn plan_raid10_grow(sb: &Superblock1, req: &GrowRequest, spares: &[u32], room: Room) -> Result<GrowPlan, GrowError> {
     let copies = |layout: u32| (layout & 0xff) * ((layout >> 8) & 0xff);
     let far_mode = |layout: u32| (layout >> 8) & 0xff > 1 && layout & (1 << 16) == 0;
+    // Chunk rows each row of slots takes: an offset layout's far copies, else 1.
+    let far_rows = |layout: u32| u64::from(((layout >> 8) & 0xff).max(1));
     if far_mode(sb.layout) {
         return Err(GrowError::Raid10("md cannot reshape a RAID10 far layout (mdadm: \"Cannot reshape RAID10 in far-mode\")"));
     }
-    if let Some(layout) = req.layout.filter(|&l| l != sb.layout) {
-        return Err(GrowError::Raid10(if far_mode(layout) {
-            "md cannot reshape a RAID10 to a far layout"
-        } else if copies(layout) != copies(sb.layout) {
-            "md cannot change the number of copies of a RAID10"
-        } else {
-            "uraid does not switch a RAID10 between near and offset layouts yet (md does: mdadm --grow --layout)"
-        }));
+    let layout = req.layout.unwrap_or(sb.layout);
+    if far_mode(layout) {
+        return Err(GrowError::Raid10("md cannot reshape a RAID10 to a far layout"));
     }
-    if req.chunk_sectors.is_some_and(|c| c != sb.chunksize_sectors) {
-        return Err(GrowError::Raid10("uraid does not change a RAID10's chunk yet (md does: mdadm --grow --chunk)"));
+    if copies(layout) != copies(sb.layout) {
+        return Err(GrowError::Raid10("md cannot change the number of copies of a RAID10"));
+    }
+    let chunk = req.chunk_sectors.unwrap_or(sb.chunksize_sectors);
+    if !chunk.is_power_of_two() || chunk < 8 {
+        return Err(GrowError::Chunk(chunk));
+    }
+    // raid10.c sizes each member in whole chunks times the far copies: the used size must
+    // stay a whole number of them, or the new shape would end before the old one.
+    if !sb.size_sectors.is_multiple_of(u64::from(chunk) * far_rows(layout)) {
+        return Err(GrowError::ChunkDoesNotDivide { size: sb.size_sectors, chunk });
     }
     let old_disks = sb.raid_disks;
     let new_disks = req.raid_disks.unwrap_or(old_disks);
-    if new_disks == old_disks {
+    if new_disks == old_disks && layout == sb.layout && chunk == sb.chunksize_sectors {
         return Err(if req.array_size_sectors.is_some() { GrowError::ArraySizeAlone } else { GrowError::NothingToChange });
     }
     if new_disks < old_disks {
@@ -341,23 +350,40 @@ fn plan_raid10_grow(sb: &Superblock1, req: &GrowRequest, spares: &[u32], room: R
     if spares.len() < needed {
         return Err(GrowError::NeedSpares { wanted: new_disks, needed, have: spares.len() });
     }
-    // raid10.c `raid10_start_reshape`: the offsets must differ by at least a chunk times
-    // the far copies (2 chunk rows for o2); mdadm moves them by exactly that.
-    let move_by = u64::from(sb.chunksize_sectors) * u64::from(((sb.layout >> 8) & 0xff).max(1));
-    if room.before_sectors < move_by {
-        return Err(GrowError::NoRoom { needed: move_by, have: room.before_sectors, where_: "before" });
-    }
-    let shape = |raid_disks: u32| SideShape { level: 10, layout: sb.layout, chunk_sectors: sb.chunksize_sectors, raid_disks };
+    let min = (u64::from(sb.chunksize_sectors) * far_rows(sb.layout)).max(u64::from(chunk) * far_rows(layout));
+    let (backwards, move_by) = if new_disks > old_disks {
+        if room.before_sectors < min {
+            return Err(GrowError::NoRoom { needed: min, have: room.before_sectors, where_: "before" });
+        }
+        (false, min)
+    } else {
+        let off = sb.data_offset_sectors;
+        if room.before_sectors > room.after_sectors {
+            if room.before_sectors < min {
+                return Err(GrowError::NoRoom { needed: min, have: room.before_sectors, where_: "before or after" });
+            }
+            (false, off - choose_offset(off - room.before_sectors, off, off - room.before_sectors, off - min))
+        } else {
+            if room.after_sectors < min {
+                return Err(GrowError::NoRoom { needed: min, have: room.after_sectors, where_: "before or after" });
+            }
+            (true, choose_offset(off, off + room.after_sectors, off + min, off + room.after_sectors) - off)
+        }
+    };
+    let side = |raid_disks: u32, layout: u32, chunk_sectors: u32| SideShape { level: 10, layout, chunk_sectors, raid_disks };
     // `raid10_add_disk` gives each spare the lowest free slot: the new roles, the array
-    // being whole (uraid grows complete RAID10s only).
+    // being whole (uraid reshapes complete RAID10s only).
     let new_roles = spares.iter().zip(old_disks..new_disks).map(|(&dev, role)| (dev, role as u16)).collect();
+    // raid10.c `raid10_size` of the new shape: where a backward reshape starts.
+    let near_copies = u64::from(layout & 0xff);
+    let array_sectors = sb.size_sectors / u64::from(chunk) / far_rows(layout) * u64::from(new_disks) / near_copies * u64::from(chunk);
     Ok(GrowPlan {
         state: ReshapeState {
-            position_sectors: 0,
-            backwards: false,
-            old: shape(old_disks),
-            new: shape(new_disks),
-            new_offset_sectors: -(move_by as i64),
+            position_sectors: if backwards { array_sectors } else { 0 },
+            backwards,
+            old: side(old_disks, sb.layout, sb.chunksize_sectors),
+            new: side(new_disks, layout, chunk),
+            new_offset_sectors: if backwards { move_by as i64 } else { -(move_by as i64) },
         },
         new_roles,
         rebuilt_by_reshape: Vec::new(),
@@ -667,8 +693,9 @@ mod tests {
         assert_eq!(plan_grow(&sb, &to(5), &[3], ROOM), Err(GrowError::NeedSpares { wanted: 5, needed: 2, have: 1 }));
         assert!(matches!(plan_grow(&sb, &to(4), &[3], Room { before_sectors: 64, after_sectors: 0 }), Err(GrowError::NoRoom { .. })));
         assert!(matches!(plan_grow(&sb, &to(2), &[], ROOM), Err(GrowError::Raid10(_))));
+        // Members and chunk at once: down by the larger chunk.
         let chunk = GrowRequest { chunk_sectors: Some(256), ..to(4) };
-        assert!(matches!(plan_grow(&sb, &chunk, &[3], ROOM), Err(GrowError::Raid10(_))));
+        assert_eq!(plan_grow(&sb, &chunk, &[3], ROOM).unwrap().state.new_offset_sectors, -256);
         let three_copies = GrowRequest { layout: Some(0x103), ..to(4) };
         assert_eq!(plan_grow(&sb, &three_copies, &[3], ROOM), Err(GrowError::Raid10("md cannot change the number of copies of a RAID10")));
         let far = Superblock1 { layout: 0x201, ..sb.clone() };
@@ -676,8 +703,38 @@ mod tests {
         // Offset (o2): moved by a chunk per far copy, as mdadm's `min_offset_change`.
         let offset = Superblock1 { layout: 0x10201, ..sb.clone() };
         assert_eq!(plan_grow(&offset, &to(4), &[3], ROOM).unwrap().state.new_offset_sectors, -256);
-        let switch = GrowRequest { layout: Some(0x10201), ..to(4) };
-        assert!(matches!(plan_grow(&sb, &switch, &[3], ROOM), Err(GrowError::Raid10(_))), "near -> offset");
+    }
+
+    #[test]
+    fn a_raid10_chunk_change_or_near_offset_switch_moves_the_data_as_mdadm_chooses() {
+        let mut sb = raid5_3();
+        (sb.level, sb.layout, sb.chunksize_sectors, sb.raid_disks) = (10, 0x102, 128, 4);
+        let chunk = |c: u32| GrowRequest { chunk_sectors: Some(c), ..Default::default() };
+        // Room before the data: forwards, about half of it (mdadm's choose_offset).
+        let plan = plan_grow(&sb, &chunk(256), &[], ROOM).unwrap();
+        assert_eq!((plan.state.new_offset_sectors, plan.state.backwards, plan.state.position_sectors), (-1024, false, 0));
+        assert_eq!((plan.state.new.chunk_sectors, plan.state.new.raid_disks, plan.new_roles.len()), (256, 4, 0));
+        // Room after it only: backwards from the end (4 members, n2: twice a member's chunks).
+        let after = Room { before_sectors: 0, after_sectors: 4096 };
+        let plan = plan_grow(&sb, &chunk(64), &[], after).unwrap();
+        assert_eq!((plan.state.new_offset_sectors, plan.state.backwards, plan.state.position_sectors), (2048, true, 30720 * 2));
+        let mut rec = sb.clone();
+        plan.apply(&mut rec);
+        assert_eq!(ReshapeState::from_superblock(&rec).unwrap(), plan.state);
+        // Near -> offset (o2): the kernel wants the offsets apart by a chunk per far copy.
+        let to_offset = GrowRequest { layout: Some(0x10201), ..Default::default() };
+        let plan = plan_grow(&sb, &to_offset, &[], Room { before_sectors: 255, after_sectors: 256 }).unwrap();
+        assert_eq!((plan.state.new_offset_sectors, plan.state.backwards, plan.state.new.layout), (256, true, 0x10201));
+        assert!(matches!(
+            plan_grow(&sb, &to_offset, &[], Room { before_sectors: 255, after_sectors: 200 }),
+            Err(GrowError::NoRoom { needed: 256, .. })
+        ));
+        // What md refuses, and a chunk that does not divide the used size.
+        assert!(matches!(plan_grow(&sb, &chunk(100), &[], ROOM), Err(GrowError::Chunk(100))));
+        let uneven = Superblock1 { size_sectors: 30720 - 128, ..sb.clone() };
+        assert!(matches!(plan_grow(&uneven, &chunk(256), &[], ROOM), Err(GrowError::ChunkDoesNotDivide { .. })));
+        let to_far = GrowRequest { layout: Some(0x201), ..Default::default() };
+        assert!(matches!(plan_grow(&sb, &to_far, &[], ROOM), Err(GrowError::Raid10(_))));
     }
 
     #[test]
