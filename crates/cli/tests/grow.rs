@@ -295,11 +295,38 @@ fn refusals_say_what_would_work_and_change_nothing() {
     assert_eq!(sums(dir, &devs), before);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let (devs, _) = filled(dir, "5", 3, &["--bitmap", "internal"]);
+    // A RAID10's bitmap counts array sectors, which md resizes with the array: refused.
+    let (devs, _) = filled(dir, "10", 4, &["--bitmap", "internal"]);
     let before = sums(dir, &devs);
-    let out = run(dir, &with_devs(&["grow", "-n", "4"], &devs));
+    let out = run(dir, &with_devs(&["grow", "--chunk", "128K"], &devs));
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("bitmap"), "{}", describe("uraid", &[], &out));
     assert_eq!(sums(dir, &devs), before);
+}
+
+/// A RAID5 with a write-intent bitmap grows (md's bitmap counts member sectors, which both
+/// shapes share): the content stays and the bitmap is there afterwards, clean and as new
+/// as the superblock.
+#[test]
+fn a_raid5_with_a_bitmap_grows_and_keeps_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (devs, content) = filled(dir, "5", 3, &["--bitmap", "internal", "--bitmap-chunk", "1M"]);
+    let parked = json(&ok(dir, &with_devs(&["grow", "--json", "-n", "4", "--sync-max", "6000"], &devs)));
+    assert_eq!(parked["finished"], false, "{parked}");
+    assert_eq!(read_prefix(dir, &devs, content.len()), content, "content while parked mid-reshape");
+    ok(dir, &with_devs(&["grow", "-q", "--continue"], &devs));
+    assert_eq!(read_prefix(dir, &devs, content.len()), content, "content after the grow");
+    use uraid_core::metadata::{BitmapSuperblock, Superblock1, WriteIntentBits};
+    for d in &devs {
+        let img = std::fs::read(dir.join(d)).unwrap();
+        let sb = Superblock1::decode(&img[4096..8192]).expect("v1.2 superblock");
+        assert_eq!(sb.raid_disks, 4, "{d}");
+        let at = 4096 + sb.bitmap_offset_sectors().expect("the bitmap is kept") as usize * 512;
+        let bsb = BitmapSuperblock::decode(&img[at..at + 256]).expect("bitmap superblock");
+        assert_eq!(bsb.events, sb.events, "{d}: the bitmap is as new as the superblock");
+        let bits = WriteIntentBits::decode(&bsb, &img[at + 256..]).unwrap();
+        assert_eq!(bits.dirty_chunks().count(), 0, "{d}: clean after a clean close");
+    }
 }
 
 #[test]

@@ -170,28 +170,36 @@ fn a_crash_at_any_instant_of_a_grow_or_shrink_under_writes_loses_no_flushed_writ
     // moved by about half the room, forwards or backwards as it lies (mdadm's choice).
     let chunk_32k = Some(GrowRequest { chunk_sectors: Some(64), ..Default::default() });
     let to_offset = Some(GrowRequest { layout: Some(0x10201), ..Default::default() });
-    for (level, disks, seed, grow, missing, layout, change) in [
-        (Level::Raid5, 3, 11u64, true, None, None, None),
-        (Level::Raid6, 4, 12, true, None, None, None),
-        (Level::Raid5, 4, 13, false, None, None, None),
-        (Level::Raid6, 5, 14, false, None, None, None),
-        (Level::Raid6, 4, 15, true, Some(1), None, None),
+    for (level, disks, seed, grow, missing, layout, change, bitmap) in [
+        (Level::Raid5, 3, 11u64, true, None, None, None, false),
+        (Level::Raid6, 4, 12, true, None, None, None, false),
+        (Level::Raid5, 4, 13, false, None, None, None, false),
+        (Level::Raid6, 5, 14, false, None, None, None, false),
+        (Level::Raid6, 4, 15, true, Some(1), None, None, false),
         // A shrink of a RAID6 missing member 1: both shapes degraded; the member leaving
         // becomes a spare, rebuilt into role 1 after the restart.
-        (Level::Raid6, 5, 18, false, Some(1), None, None),
+        (Level::Raid6, 5, 18, false, Some(1), None, None, false),
         // RAID10 near, 2 copies: 3 -> 4 and 4 -> 5 members (a chunk's copies spill into
         // the next row with an odd count), the data moved down one chunk as mdadm does.
-        (Level::Raid10, 3, 16, true, None, None, None),
-        (Level::Raid10, 4, 17, true, None, None, None),
+        (Level::Raid10, 3, 16, true, None, None, None, false),
+        (Level::Raid10, 4, 17, true, None, None, None, false),
         // RAID10 offset (o2), 3 -> 4: each chunk row followed by its copy row, the data moved
         // down two chunks.
-        (Level::Raid10, 3, 19, true, None, Some(0x10201), None),
+        (Level::Raid10, 3, 19, true, None, Some(0x10201), None, false),
         // RAID10 n2 of 4, chunk 16K -> 32K; and near -> offset (o2).
-        (Level::Raid10, 4, 20, false, None, None, chunk_32k),
-        (Level::Raid10, 4, 21, false, None, None, to_offset),
+        (Level::Raid10, 4, 20, false, None, None, chunk_32k, false),
+        (Level::Raid10, 4, 21, false, None, None, to_offset, false),
+        // A RAID5 grow and a RAID6 chunk change with a write-intent bitmap: the bitmap is
+        // the reshape's (both shapes count the same member sectors), dirty while writes
+        // may be in flight, so a crash resyncs what it must.
+        (Level::Raid5, 3, 22, true, None, None, None, true),
+        (Level::Raid6, 4, 23, false, None, None, chunk_32k, true),
     ] {
         let mut shape = Shape::new(level, disks).spares(usize::from(grow && change.is_none()));
         shape.layout = layout;
+        if bitmap {
+            shape = shape.bitmap(64 << 10);
+        }
         shape.member_bytes = 2 << 20;
         shape.chunk_kib = 16;
         let made = make(&shape);
@@ -235,6 +243,8 @@ fn a_crash_at_any_instant_of_a_grow_or_shrink_under_writes_loses_no_flushed_writ
         let chunk = shape.chunk_kib as usize * 2;
         let hole_unit = num_lcm(old_dd * chunk, new_dd * chunk);
         let what_reshape = match (grow, missing) {
+            _ if bitmap && change == chunk_32k => "chunk change with a bitmap",
+            (true, None) if bitmap => "grow with a bitmap",
             _ if change == chunk_32k => "chunk change",
             _ if change == to_offset => "near -> offset",
             (true, None) if layout == Some(0x10201) => "offset grow",
@@ -256,7 +266,8 @@ fn a_crash_at_any_instant_of_a_grow_or_shrink_under_writes_loses_no_flushed_writ
             size,
             missing,
             hole_unit,
-            superblock_at: &|offset| offset < 8192,
+            // The superblock (4 KiB in) and the bitmap after it, well before the data.
+            superblock_at: &|offset| offset < 65536,
         });
     }
 }

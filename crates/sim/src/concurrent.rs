@@ -455,14 +455,16 @@ fn plan(seed: u64, limits: &ConcurrentLimits) -> Plan {
     // double fault), and not both in one episode.
     let unwritable = (fail_ok && latent.is_none() && (crash_at.is_none() || mirrored) && rng.chance(40))
         .then(|| (rng.range(1, span), other_disk(&mut rng), rng.range(1, 4)));
-    // Reshapes of RAID4/5/6 and RAID10 near without a bitmap (as uraid reshapes them), under every fault
+    // Reshapes of RAID4/5/6 and RAID10 near (as uraid reshapes them), under every fault
     // drawn above: a crash at any tick, or a member failing (a degraded reshape), or latent
     // or unwritable sectors (never a crash with those, for the write-hole reason above).
     // Not with a hot replace: uraid reshapes only an array with no job pending.
     // RAID10 near or offset gets a member more from its spare, or another chunk, or
     // switches between near and offset (the changes md and uraid make to it).
     let near_raid10 = level == Level::Raid10 && matches!(shape.layout, Some(0x102 | 0x10201));
-    let reshapable = (matches!(level, Level::Raid4 | Level::Raid5 | Level::Raid6) || near_raid10) && !shape.bitmap;
+    // (With a bitmap: RAID4/5/6 only; uraid refuses a RAID10 with one, whose bitmap md
+    // resizes with the array.)
+    let reshapable = matches!(level, Level::Raid4 | Level::Raid5 | Level::Raid6) || (near_raid10 && !shape.bitmap);
     // A shrink (one member fewer, md's backwards reshape) needs the array cut first: to what
     // the clients use, far below the new capacity.
     let shrinkable = if level == Level::Raid6 { disks >= 5 } else { disks >= 4 };

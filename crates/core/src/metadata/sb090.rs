@@ -471,7 +471,8 @@ impl Superblock090 {
             not_persistent: 0,
             gstate_creserved: [0; 64],
             utime: u32::try_from(v1.utime.seconds()).unwrap_or(u32::MAX),
-            state: if clean { Self::STATE_CLEAN } else { 0 },
+            // md sets the bitmap bit whenever the array has an internal bitmap.
+            state: (if clean { Self::STATE_CLEAN } else { 0 }) | (self.state & Self::STATE_BITMAP_PRESENT),
             active_disks: 0,
             working_disks: 0,
             failed_disks: 0,

@@ -14,7 +14,7 @@ use super::{Array, Meta};
 use uraid_core::geometry::Geometry;
 use uraid_core::metadata::{BitmapSuperblock, Superblock, WriteIntentBits};
 
-pub(super) struct BitmapState {
+pub(crate) struct BitmapState {
     pub sb: BitmapSuperblock,
     /// Bytes from a member's superblock to its bitmap superblock.
     pub rel_offset: i64,
@@ -29,7 +29,7 @@ pub(super) struct BitmapState {
 /// there as the bitmap.
 /// The bits as read are returned beside the state: they seed the array's
 /// [`uraid_core::state::WriteState`], which owns them from then on.
-pub(super) fn load(
+pub(crate) fn load(
     member: &dyn crate::member::Member,
     sb: &Superblock,
     sb_offset: u64,

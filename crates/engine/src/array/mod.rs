@@ -8,7 +8,7 @@
 //! recorded as faulty in every surviving member's role table.
 
 mod bad_ranges;
-mod bitmap;
+pub(crate) mod bitmap;
 mod driver;
 mod jobs;
 mod manage;

@@ -31,6 +31,7 @@ use uraid_core::geometry::{Level, SECTOR_BYTES};
 use uraid_core::metadata::grow::{plan_grow, GrowRequest, Room};
 use uraid_core::metadata::reshape::{ReshapeState, Side};
 use uraid_core::metadata::sb090::Superblock090;
+use uraid_core::metadata::{BitmapSuperblock, WriteIntentBits};
 use uraid_core::metadata::{FeatureMap, Superblock, Superblock1, MAX_SECTOR};
 use uraid_core::reshape_order::{StepOrder, Turn};
 use uraid_core::reshape_window::{StripedShape, Window, WindowPlanner};
@@ -55,6 +56,11 @@ struct Slot {
     /// and `sb` are then its v1 view ([`Superblock090::v1_view`]), and every update is
     /// written as md's 0.90 (0.91 while reshaping) superblock of that view.
     sb090: Option<(u64, Superblock090)>,
+    /// The member's write-intent bitmap: where its superblock sits, and that superblock.
+    /// The two shapes never see it (md's bitmap counts member sectors, which both shapes
+    /// share); it is written with every superblock round, all bits dirty while writes may
+    /// be in flight, all clear once the array is marked clean.
+    bitmap: Option<(u64, BitmapSuperblock)>,
     /// Failed while the array was open: no longer written.
     failed: bool,
 }
@@ -215,6 +221,40 @@ fn adopt_array_state(newest: &Superblock1, own: &Superblock1) -> Superblock1 {
     sb
 }
 
+/// The write-intent bitmap of each device (`None` without one): where its superblock sits
+/// and what it says. A declared bitmap that cannot be read is an error, never dropped.
+fn bitmaps_of(devices: &[Arc<dyn Member>], found: &[(u64, Superblock1)], originals: &Originals090) -> Result<Bitmaps, EngineError> {
+    devices
+        .iter()
+        .zip(found)
+        .zip(originals)
+        .map(|((dev, (at, sb)), original)| {
+            let (sb, at) = match original {
+                Some((at, sb090)) => (Superblock::V090(sb090.clone()), *at),
+                None => (Superblock::V1(sb.clone()), *at),
+            };
+            let loaded =
+                crate::array::bitmap::load(dev.as_ref(), &sb, at).map_err(|why| EngineError::Refused(format!("{}: {why}", dev.label())))?;
+            Ok(loaded.map(|(state, _)| (at.saturating_add_signed(state.rel_offset), state.sb)))
+        })
+        .collect()
+}
+
+type Bitmaps = Vec<Option<(u64, BitmapSuperblock)>>;
+
+/// md's bitmap counts member sectors for RAID4/5/6, which a reshape keeps; for RAID10 it
+/// counts array sectors, which md resizes with the array (not done by uraid).
+fn refuse_raid10_bitmap(bitmaps: &Bitmaps, levels: [i32; 2]) -> Result<(), EngineError> {
+    if bitmaps.iter().any(Option::is_some) && levels.contains(&10) {
+        return Err(EngineError::Unsupported(
+            "uraid does not reshape a RAID10 with a write-intent bitmap (md resizes the bitmap with the array): \
+             remove the bitmap first (mdadm --grow --bitmap=none), or reshape it with mdadm"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 impl ReshapingArray {
     /// Starts reshape `req` on the array whose members and spares are `devices`: checks
     /// it as md would, records the start in every superblock (md's fields, so md can take
@@ -241,12 +281,18 @@ impl ReshapingArray {
         let may_miss = if newest.level == 10 { super::MayMiss::Nothing } else { super::MayMiss::Any };
         let what = if shrinks { "removing members" } else { "reshaping" };
         let spares = super::spares_of_a_changeable_array_missing(&devices, opts, what, may_miss)?;
-        if newest.feature_map.contains(FeatureMap::BITMAP_OFFSET) {
-            return Err(EngineError::Unsupported(
-                "uraid does not reshape an array with a write-intent bitmap yet (md does); grow it with mdadm".into(),
-            ));
-        }
-        let room = found.iter().map(|(_, sb)| Room::of(sb, None)).reduce(Room::min).expect("assembled");
+        let bitmaps = bitmaps_of(&devices, &found, &vec![None; found.len()])?;
+        refuse_raid10_bitmap(&bitmaps, [newest.level, req.level.unwrap_or(newest.level)])?;
+        // A bitmap between the superblock and the data is room the data cannot move into.
+        let room = found
+            .iter()
+            .zip(&bitmaps)
+            .map(|((at, sb), bitmap)| {
+                let end = bitmap.as_ref().filter(|(b, _)| b > at).map(|(b, bsb)| (b + 256 + bsb.bits_len_bytes()).div_ceil(SECTOR_BYTES));
+                Room::of(sb, end)
+            })
+            .reduce(Room::min)
+            .expect("assembled");
         let plan = plan_grow(&newest, req, &spares, room).map_err(|e| EngineError::Invalid(e.to_string()))?;
         let now = crate::array::now_seconds();
         let mut errors = Vec::new();
@@ -293,14 +339,9 @@ impl ReshapingArray {
         // updates leaves it one checkpoint behind, its data not).
         let own_positions: Vec<u64> = found.iter().map(|(_, sb)| sb.reshape_position_sectors).collect();
         let found: Vec<(u64, Superblock1)> = found.into_iter().map(|(at, own)| (at, adopt_array_state(&newest, &own))).collect();
-        if opts.writable {
-            if let Some(i) = current.iter().find(|&&i| found[i].1.feature_map.contains(FeatureMap::BITMAP_OFFSET)) {
-                return Err(EngineError::Unsupported(format!(
-                    "{}: uraid does not reshape an array with a write-intent bitmap yet; finish this reshape with mdadm",
-                    devices[*i].label()
-                )));
-            }
-        }
+        // Only a writable array writes the bitmap; a reader leaves it alone.
+        let bitmaps = if opts.writable { bitmaps_of(&devices, &found, &originals)? } else { vec![None; found.len()] };
+        refuse_raid10_bitmap(&bitmaps, [state.old.level, state.new.level])?;
         // Members in a role the old shape lacks, written by the reshape as it goes (md's
         // `recovery_offset` following the position: a RAID0 grown through RAID4, or a spare
         // given to a degraded array's missing role): the old shape is missing that role, the
@@ -351,6 +392,9 @@ impl ReshapingArray {
                     own.feature_map.0 &= !FeatureMap::BAD_BLOCKS;
                     own.bblog_size_sectors = 0;
                     own.bblog_offset_sectors = 0;
+                    // Nor a bitmap: the real one is this type's (`Slot::bitmap`).
+                    own.feature_map.0 &= !FeatureMap::BITMAP_OFFSET;
+                    own.bitmap_offset_raw = 0;
                     own.sb_csum = own.compute_checksum();
                     Arc::new(SideMember::new(dev.clone(), *at, superblock_bytes_of(&Superblock::V1(own)), opts.writable)) as Arc<dyn Member>
                 })
@@ -415,6 +459,7 @@ impl ReshapingArray {
                 at: found[i].0,
                 sb: found[i].1.clone(),
                 sb090: originals[i].clone(),
+                bitmap: bitmaps[i].clone(),
                 failed: false,
             })
             .collect();
@@ -649,13 +694,32 @@ impl ReshapingArray {
                 .filter(|s| !s.failed)
                 .map(|s| (s.sb.dev_number, !s.sb.feature_map.contains(FeatureMap::RECOVERY_OFFSET)))
                 .collect();
-            for slot in slots.iter().filter(|s| !s.failed) {
+            for slot in slots.iter_mut().filter(|s| !s.failed) {
                 let (bytes, at) = match &slot.sb090 {
                     Some((at, original)) => (original.synced_from_v1(&slot.sb, &present_090).encode().to_vec(), *at),
                     None => (superblock_bytes_of(&Superblock::V1(slot.sb.clone())), slot.at),
                 };
                 if let Err(e) = slot.member.write_at(&bytes, at) {
                     dead.push((slot.sb.dev_number, format!("{}: superblock write: {e}", slot.member.label())));
+                }
+                // The bitmap follows the superblock's events (md calls an older one stale and
+                // resyncs everything) and its state: every bit dirty while writes may be in
+                // flight (a crash resyncs everything, as without a bitmap), all clear once
+                // clean (md's `events_cleared` then moves up, so no member that left before
+                // is re-added from it).
+                if let Some((at, bsb)) = &mut slot.bitmap {
+                    bsb.events = slot.sb.events;
+                    let bits = if slot.sb.resync_offset_sectors == MAX_SECTOR {
+                        bsb.events_cleared = slot.sb.events;
+                        WriteIntentBits::all_clean(bsb)
+                    } else {
+                        WriteIntentBits::all_dirty(bsb)
+                    };
+                    let mut bytes = bsb.encode().to_vec();
+                    bytes.extend_from_slice(bits.encode());
+                    if let Err(e) = slot.member.write_at(&bytes, *at) {
+                        dead.push((slot.sb.dev_number, format!("{}: bitmap write: {e}", slot.member.label())));
+                    }
                 }
             }
             let written: Vec<&Slot> = slots.iter().filter(|s| !s.failed && !dead.iter().any(|(n, _)| *n == s.sb.dev_number)).collect();
