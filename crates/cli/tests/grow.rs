@@ -208,7 +208,7 @@ fn a_raid10_near_gets_a_member_more_even_when_stopped_half_way() {
     let before_len = ok(dir, &with_devs(&["read"], &devs)).stdout.len();
     for (args, needle) in [
         (&["grow", "-n", "5"][..], "add them first"),
-        (&["grow", "-n", "2"][..], "does not remove them yet"),
+        (&["grow", "-n", "2"][..], "--array-size"),
         (&["grow", "-n", "4", "--layout", "f2"][..], "far"),
         (&["grow", "-n", "4", "--layout", "n3"][..], "number of copies"),
     ] {
@@ -240,6 +240,28 @@ fn a_raid10_near_gets_a_member_more_even_when_stopped_half_way() {
     let dir = tmp.path();
     let (devs, _) = filled(dir, "10", 4, &["--layout", "f2"]);
     refused(dir, &devs, &["grow", "-n", "5"], "far");
+}
+
+/// A RAID10 gives up a member as md does: only once the array is cut to fit (--array-size),
+/// backwards, the member leaving a spare; stopped part-way and continued, the content up to
+/// the cut kept.
+#[test]
+fn a_raid10_gives_up_a_member_after_the_array_is_cut() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (devs, content) = filled(dir, "10", 4, &["--layout", "n2"]);
+    refused(dir, &devs, &["grow", "-n", "3"], "--array-size");
+    let cut = "16M";
+    let parked = json(&ok(dir, &with_devs(&["grow", "--json", "-n", "3", "--array-size", cut, "--sync-max", "6000"], &devs)));
+    assert_eq!(parked["finished"], false, "{parked}");
+    let kept = 16 << 20;
+    assert_eq!(read_prefix(dir, &devs, kept), content[..kept], "content up to the cut while parked");
+    ok(dir, &with_devs(&["grow", "-q", "--continue"], &devs));
+    assert_eq!(read_prefix(dir, &devs, kept), content[..kept], "content up to the cut after the shrink");
+    let ex = json(&ok(dir, &with_devs(&["examine", "--json"], &devs)));
+    let roles: Vec<&str> = ex.as_array().unwrap().iter().map(|e| e["role"].as_str().unwrap_or("")).collect();
+    assert!(ex.as_array().unwrap().iter().all(|e| e["raid_devices"] == 3), "{ex}");
+    assert_eq!(roles.iter().filter(|r| r.contains("spare")).count(), 2, "the old spare and the member that left: {roles:?}");
 }
 
 /// The other RAID10 reshapes md makes on the same members: another chunk, and a switch

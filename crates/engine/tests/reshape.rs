@@ -170,6 +170,8 @@ fn a_crash_at_any_instant_of_a_grow_or_shrink_under_writes_loses_no_flushed_writ
     // moved by about half the room, forwards or backwards as it lies (mdadm's choice).
     let chunk_32k = Some(GrowRequest { chunk_sectors: Some(64), ..Default::default() });
     let to_offset = Some(GrowRequest { layout: Some(0x10201), ..Default::default() });
+    // A RAID10 n2 of 4 to 3 members, cut first to 1 MiB (mdadm's --array-size).
+    let raid10_shrink = Some(GrowRequest { raid_disks: Some(3), array_size_sectors: Some(2048), ..Default::default() });
     for (level, disks, seed, grow, missing, layout, change, bitmap) in [
         (Level::Raid5, 3, 11u64, true, None, None, None, false),
         (Level::Raid6, 4, 12, true, None, None, None, false),
@@ -189,6 +191,7 @@ fn a_crash_at_any_instant_of_a_grow_or_shrink_under_writes_loses_no_flushed_writ
         // RAID10 n2 of 4, chunk 16K -> 32K; and near -> offset (o2).
         (Level::Raid10, 4, 20, false, None, None, chunk_32k, false),
         (Level::Raid10, 4, 21, false, None, None, to_offset, false),
+        (Level::Raid10, 4, 24, false, None, None, raid10_shrink, false),
         // A RAID5 grow and a RAID6 chunk change with a write-intent bitmap: the bitmap is
         // the reshape's (both shapes count the same member sectors), dirty while writes
         // may be in flight, so a crash resyncs what it must.

@@ -467,13 +467,17 @@ fn plan(seed: u64, limits: &ConcurrentLimits) -> Plan {
     let reshapable = matches!(level, Level::Raid4 | Level::Raid5 | Level::Raid6) || (near_raid10 && !shape.bitmap);
     // A shrink (one member fewer, md's backwards reshape) needs the array cut first: to what
     // the clients use, far below the new capacity.
-    let shrinkable = if level == Level::Raid6 { disks >= 5 } else { disks >= 4 };
+    let shrinkable = match level {
+        Level::Raid6 => disks >= 5,
+        Level::Raid10 => disks >= 3,
+        _ => disks >= 4,
+    };
     // (RAID10 reshapes more often: few episodes qualify, a near or offset layout.)
     let reshape = (reshapable && !replace && rng.chance(if near_raid10 { 90 } else { 30 })).then(|| match rng.below(4) {
         0 if shape.spares > 0 => GrowRequest { raid_disks: Some(disks as u32 + 1), ..Default::default() },
         _ if near_raid10 && shape.spares > 0 && rng.chance(50) => GrowRequest { raid_disks: Some(disks as u32 + 1), ..Default::default() },
         1 if near_raid10 => GrowRequest { layout: Some(if shape.layout == Some(0x102) { 0x10201 } else { 0x102 }), ..Default::default() },
-        3 if shrinkable && !near_raid10 => GrowRequest {
+        3 if shrinkable => GrowRequest {
             raid_disks: Some(disks as u32 - 1),
             array_size_sectors: Some((blocks * BLOCK) as u64 / 512),
             ..Default::default()

@@ -338,20 +338,39 @@ fn plan_raid10_grow(sb: &Superblock1, req: &GrowRequest, spares: &[u32], room: R
     if new_disks == old_disks && layout == sb.layout && chunk == sb.chunksize_sectors {
         return Err(if req.array_size_sectors.is_some() { GrowError::ArraySizeAlone } else { GrowError::NothingToChange });
     }
-    if new_disks < old_disks {
-        return Err(GrowError::Raid10(
-            "uraid adds members to a RAID10 but does not remove them yet (md does, after --array-size: mdadm --grow --raid-devices)",
-        ));
+    let shrinks = new_disks < old_disks;
+    let near_copies = u64::from(layout & 0xff);
+    if shrinks && new_disks < copies(layout) {
+        return Err(GrowError::TooFewMembers { level: 10, min: copies(layout) });
     }
-    if req.array_size_sectors.is_some() {
-        return Err(GrowError::ArraySizeAlone);
+    let min = (u64::from(sb.chunksize_sectors) * far_rows(sb.layout)).max(u64::from(chunk) * far_rows(layout));
+    // Fewer members: the data moves up by `min` (mdadm's `raid10_reshape`: "data_offset
+    // must increase by at least min_offset_change. To allow for this, component_size must
+    // be decreased by the same amount"), so the used size is cut by what the room after the
+    // data lacks, in whole chunk rows of both shapes.
+    let mut size_sectors = sb.size_sectors;
+    if shrinks && room.after_sectors < min {
+        let unit = lcm(u64::from(sb.chunksize_sectors) * far_rows(sb.layout), u64::from(chunk) * far_rows(layout));
+        size_sectors = sb.size_sectors.saturating_sub(min - room.after_sectors) / unit * unit;
     }
-    let needed = (new_disks - old_disks) as usize;
+    let room = Room { after_sectors: room.after_sectors + (sb.size_sectors - size_sectors), ..room };
+    // raid10.c `raid10_size` of the new shape: the capacity, and where a backward reshape
+    // starts.
+    let capacity_sectors = size_sectors / u64::from(chunk) / far_rows(layout) * u64::from(new_disks) / near_copies * u64::from(chunk);
+    match req.array_size_sectors {
+        // raid10.c `raid10_start_reshape`: "array size must be reduce before number of disks".
+        None if shrinks => return Err(GrowError::ArraySizeFirst { capacity_sectors }),
+        Some(asked) if asked > capacity_sectors => return Err(GrowError::ArraySizeTooLarge { asked, capacity_sectors }),
+        Some(_) if !shrinks => return Err(GrowError::ArraySizeAlone),
+        _ => {}
+    }
+    let needed = new_disks.saturating_sub(old_disks) as usize;
     if spares.len() < needed {
         return Err(GrowError::NeedSpares { wanted: new_disks, needed, have: spares.len() });
     }
-    let min = (u64::from(sb.chunksize_sectors) * far_rows(sb.layout)).max(u64::from(chunk) * far_rows(layout));
-    let (backwards, move_by) = if new_disks > old_disks {
+    let (backwards, move_by) = if shrinks {
+        (true, min)
+    } else if new_disks > old_disks {
         if room.before_sectors < min {
             return Err(GrowError::NoRoom { needed: min, have: room.before_sectors, where_: "before" });
         }
@@ -374,12 +393,9 @@ fn plan_raid10_grow(sb: &Superblock1, req: &GrowRequest, spares: &[u32], room: R
     // `raid10_add_disk` gives each spare the lowest free slot: the new roles, the array
     // being whole (uraid reshapes complete RAID10s only).
     let new_roles = spares.iter().zip(old_disks..new_disks).map(|(&dev, role)| (dev, role as u16)).collect();
-    // raid10.c `raid10_size` of the new shape: where a backward reshape starts.
-    let near_copies = u64::from(layout & 0xff);
-    let array_sectors = sb.size_sectors / u64::from(chunk) / far_rows(layout) * u64::from(new_disks) / near_copies * u64::from(chunk);
     Ok(GrowPlan {
         state: ReshapeState {
-            position_sectors: if backwards { array_sectors } else { 0 },
+            position_sectors: if backwards { capacity_sectors } else { 0 },
             backwards,
             old: side(old_disks, sb.layout, sb.chunksize_sectors),
             new: side(new_disks, layout, chunk),
@@ -387,7 +403,7 @@ fn plan_raid10_grow(sb: &Superblock1, req: &GrowRequest, spares: &[u32], room: R
         },
         new_roles,
         rebuilt_by_reshape: Vec::new(),
-        size_sectors: sb.size_sectors,
+        size_sectors,
     })
 }
 
@@ -692,7 +708,22 @@ mod tests {
         assert_eq!(ReshapeState::from_superblock(&rec).unwrap(), plan.state);
         assert_eq!(plan_grow(&sb, &to(5), &[3], ROOM), Err(GrowError::NeedSpares { wanted: 5, needed: 2, have: 1 }));
         assert!(matches!(plan_grow(&sb, &to(4), &[3], Room { before_sectors: 64, after_sectors: 0 }), Err(GrowError::NoRoom { .. })));
-        assert!(matches!(plan_grow(&sb, &to(2), &[], ROOM), Err(GrowError::Raid10(_))));
+        // Fewer members: the array cut first, as md asks; then backwards, the data moved up
+        // by a chunk, the used size cut by that much when there is no room after the data.
+        assert_eq!(plan_grow(&sb, &to(2), &[], ROOM), Err(GrowError::ArraySizeFirst { capacity_sectors: 30592 }));
+        let cut = |n: u32, sectors: u64| GrowRequest { array_size_sectors: Some(sectors), ..to(n) };
+        assert!(matches!(plan_grow(&sb, &cut(2, 30720), &[], ROOM), Err(GrowError::ArraySizeTooLarge { .. })));
+        let plan = plan_grow(&sb, &cut(2, 30592), &[], ROOM).unwrap();
+        assert_eq!((plan.state.new_offset_sectors, plan.state.backwards, plan.state.position_sectors), (128, true, 30592));
+        assert_eq!((plan.size_sectors, plan.state.new.raid_disks), (30592, 2));
+        let mut rec = sb.clone();
+        plan.apply(&mut rec);
+        assert_eq!(ReshapeState::from_superblock(&rec).unwrap(), plan.state);
+        // With room after the data, the used size stays.
+        let plan = plan_grow(&sb, &cut(2, 30592), &[], Room { before_sectors: 0, after_sectors: 128 }).unwrap();
+        assert_eq!((plan.size_sectors, plan.state.position_sectors), (30720, 30720));
+        let two = Superblock1 { raid_disks: 2, ..sb.clone() };
+        assert!(matches!(plan_grow(&two, &cut(1, 100), &[], ROOM), Err(GrowError::TooFewMembers { min: 2, .. })));
         // Members and chunk at once: down by the larger chunk.
         let chunk = GrowRequest { chunk_sectors: Some(256), ..to(4) };
         assert_eq!(plan_grow(&sb, &chunk, &[3], ROOM).unwrap().state.new_offset_sectors, -256);
