@@ -370,8 +370,24 @@ impl MountGuard {
         sh("mount", &[dev, p(dir)]);
         MountGuard(Some(dir.to_path_buf()))
     }
+    /// Unmounts, waiting while the kernel still calls the mount busy: a file closed by a
+    /// thread that then ended may be released a moment later (the last `fput` of an
+    /// exiting task is deferred to a workqueue), and `umount` fails with "target is busy"
+    /// in between (seen once on a loaded 2-core machine, right after the writer's join).
+    /// An event waited for by polling; any other failure, or a mount busy for a minute,
+    /// fails the test.
     fn umount(&mut self) {
         if let Some(dir) = self.0.take() {
+            for _ in 0..600 {
+                let out = Command::new("umount").arg(&dir).output().expect("run umount");
+                if out.status.success() {
+                    return;
+                }
+                if !String::from_utf8_lossy(&out.stderr).contains("busy") {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
             sh("umount", &[p(&dir)]);
         }
     }
