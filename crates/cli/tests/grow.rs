@@ -317,10 +317,13 @@ fn refusals_say_what_would_work_and_change_nothing() {
     assert_eq!(sums(dir, &devs), before);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    // A RAID10's bitmap counts array sectors, which md resizes with the array: refused.
-    let (devs, _) = filled(dir, "10", 4, &["--bitmap", "internal"]);
+    // A RAID10's bitmap counts array sectors, which md resizes with the array when the
+    // members change: refused (another chunk keeps the array, and is done).
+    let (devs, content) = filled(dir, "10", 4, &["--bitmap", "internal"]);
+    ok(dir, &with_devs(&["grow", "-q", "--chunk", "128K"], &devs));
+    assert_eq!(read_prefix(dir, &devs, content.len()), content, "RAID10 chunk change with a bitmap");
     let before = sums(dir, &devs);
-    let out = run(dir, &with_devs(&["grow", "--chunk", "128K"], &devs));
+    let out = run(dir, &with_devs(&["grow", "-n", "5"], &devs));
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("bitmap"), "{}", describe("uraid", &[], &out));
     assert_eq!(sums(dir, &devs), before);
 }

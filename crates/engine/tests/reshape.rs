@@ -197,6 +197,9 @@ fn a_crash_at_any_instant_of_a_grow_or_shrink_under_writes_loses_no_flushed_writ
         // may be in flight, so a crash resyncs what it must.
         (Level::Raid5, 3, 22, true, None, None, None, true),
         (Level::Raid6, 4, 23, false, None, None, chunk_32k, true),
+        // A RAID10 n2 -> o2 switch with a bitmap (it counts array sectors, which the same
+        // members keep).
+        (Level::Raid10, 4, 25, false, None, None, to_offset, true),
     ] {
         let mut shape = Shape::new(level, disks).spares(usize::from(grow && change.is_none()));
         shape.layout = layout;
@@ -247,6 +250,7 @@ fn a_crash_at_any_instant_of_a_grow_or_shrink_under_writes_loses_no_flushed_writ
         let hole_unit = num_lcm(old_dd * chunk, new_dd * chunk);
         let what_reshape = match (grow, missing) {
             _ if bitmap && change == chunk_32k => "chunk change with a bitmap",
+            _ if bitmap && change == to_offset => "near -> offset with a bitmap",
             (true, None) if bitmap => "grow with a bitmap",
             _ if change == chunk_32k => "chunk change",
             _ if change == to_offset => "near -> offset",

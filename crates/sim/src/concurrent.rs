@@ -462,9 +462,10 @@ fn plan(seed: u64, limits: &ConcurrentLimits) -> Plan {
     // RAID10 near or offset gets a member more from its spare, or another chunk, or
     // switches between near and offset (the changes md and uraid make to it).
     let near_raid10 = level == Level::Raid10 && matches!(shape.layout, Some(0x102 | 0x10201));
-    // (With a bitmap: RAID4/5/6 only; uraid refuses a RAID10 with one, whose bitmap md
-    // resizes with the array.)
-    let reshapable = matches!(level, Level::Raid4 | Level::Raid5 | Level::Raid6) || (near_raid10 && !shape.bitmap);
+    // (A RAID10 with a bitmap only changes its chunk or layout: uraid refuses to change its
+    // members, as md would resize that bitmap with the array.)
+    let reshapable = matches!(level, Level::Raid4 | Level::Raid5 | Level::Raid6) || near_raid10;
+    let members_change = !(near_raid10 && shape.bitmap);
     // A shrink (one member fewer, md's backwards reshape) needs the array cut first: to what
     // the clients use, far below the new capacity.
     let shrinkable = match level {
@@ -474,10 +475,12 @@ fn plan(seed: u64, limits: &ConcurrentLimits) -> Plan {
     };
     // (RAID10 reshapes more often: few episodes qualify, a near or offset layout.)
     let reshape = (reshapable && !replace && rng.chance(if near_raid10 { 90 } else { 30 })).then(|| match rng.below(4) {
-        0 if shape.spares > 0 => GrowRequest { raid_disks: Some(disks as u32 + 1), ..Default::default() },
-        _ if near_raid10 && shape.spares > 0 && rng.chance(50) => GrowRequest { raid_disks: Some(disks as u32 + 1), ..Default::default() },
+        0 if shape.spares > 0 && members_change => GrowRequest { raid_disks: Some(disks as u32 + 1), ..Default::default() },
+        _ if near_raid10 && shape.spares > 0 && members_change && rng.chance(50) => {
+            GrowRequest { raid_disks: Some(disks as u32 + 1), ..Default::default() }
+        }
         1 if near_raid10 => GrowRequest { layout: Some(if shape.layout == Some(0x102) { 0x10201 } else { 0x102 }), ..Default::default() },
-        3 if shrinkable => GrowRequest {
+        3 if shrinkable && members_change => GrowRequest {
             raid_disks: Some(disks as u32 - 1),
             array_size_sectors: Some((blocks * BLOCK) as u64 / 512),
             ..Default::default()

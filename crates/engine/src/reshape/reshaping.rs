@@ -243,12 +243,15 @@ fn bitmaps_of(devices: &[Arc<dyn Member>], found: &[(u64, Superblock1)], origina
 type Bitmaps = Vec<Option<(u64, BitmapSuperblock)>>;
 
 /// md's bitmap counts member sectors for RAID4/5/6, which a reshape keeps; for RAID10 it
-/// counts array sectors, which md resizes with the array (not done by uraid).
-fn refuse_raid10_bitmap(bitmaps: &Bitmaps, levels: [i32; 2]) -> Result<(), EngineError> {
-    if bitmaps.iter().any(Option::is_some) && levels.contains(&10) {
+/// counts array sectors, which a chunk change or a near <-> offset switch keeps (the same
+/// members hold the same array) but a change of members does not: md resizes the bitmap
+/// with the array then, which uraid does not. `shapes`: (level, members) before and after.
+fn refuse_raid10_bitmap(bitmaps: &Bitmaps, shapes: [(i32, u32); 2]) -> Result<(), EngineError> {
+    let [(old_level, old_disks), (new_level, new_disks)] = shapes;
+    if bitmaps.iter().any(Option::is_some) && (old_level == 10 || new_level == 10) && old_disks != new_disks {
         return Err(EngineError::Unsupported(
-            "uraid does not reshape a RAID10 with a write-intent bitmap (md resizes the bitmap with the array): \
-             remove the bitmap first (mdadm --grow --bitmap=none), or reshape it with mdadm"
+            "uraid does not change the members of a RAID10 with a write-intent bitmap (md resizes the bitmap with \
+             the array): remove the bitmap first (mdadm --grow --bitmap=none), or reshape it with mdadm"
                 .into(),
         ));
     }
@@ -282,7 +285,10 @@ impl ReshapingArray {
         let what = if shrinks { "removing members" } else { "reshaping" };
         let spares = super::spares_of_a_changeable_array_missing(&devices, opts, what, may_miss)?;
         let bitmaps = bitmaps_of(&devices, &found, &vec![None; found.len()])?;
-        refuse_raid10_bitmap(&bitmaps, [newest.level, req.level.unwrap_or(newest.level)])?;
+        refuse_raid10_bitmap(
+            &bitmaps,
+            [(newest.level, newest.raid_disks), (req.level.unwrap_or(newest.level), req.raid_disks.unwrap_or(newest.raid_disks))],
+        )?;
         // A bitmap between the superblock and the data is room the data cannot move into.
         let room = found
             .iter()
@@ -341,7 +347,7 @@ impl ReshapingArray {
         let found: Vec<(u64, Superblock1)> = found.into_iter().map(|(at, own)| (at, adopt_array_state(&newest, &own))).collect();
         // Only a writable array writes the bitmap; a reader leaves it alone.
         let bitmaps = if opts.writable { bitmaps_of(&devices, &found, &originals)? } else { vec![None; found.len()] };
-        refuse_raid10_bitmap(&bitmaps, [state.old.level, state.new.level])?;
+        refuse_raid10_bitmap(&bitmaps, [(state.old.level, state.old.raid_disks), (state.new.level, state.new.raid_disks)])?;
         // Members in a role the old shape lacks, written by the reshape as it goes (md's
         // `recovery_offset` following the position: a RAID0 grown through RAID4, or a spare
         // given to a degraded array's missing role): the old shape is missing that role, the
