@@ -442,10 +442,13 @@ impl ReshapingArray {
         };
         let position =
             if newest.reshape_position_sectors == MAX_SECTOR { planner.start_position() } else { newest.reshape_position_sectors };
-        if opts.writable {
+        if opts.writable && state.new_offset_sectors == 0 {
             // A reshape md started with a backup file (0.90 always, 1.x where the data
             // offset could not move) needs it wherever the new shape would overwrite old data
             // not yet moved: refused before anything is written, rather than stopped there.
+            // Only in place: a data offset move is planned (by mdadm, the kernel's check, or
+            // `plan_grow`) so that every window has room, and the walk costs a pass over
+            // the whole plan on every open.
             planner.check_to_end(position).map_err(|e| match e {
                 uraid_core::reshape_window::WindowError::NoRoom { first, end } => EngineError::Unsupported(format!(
                     "this reshape cannot go on without md's backup file: moving array sectors {first}..{end} would overwrite \
