@@ -471,9 +471,20 @@ fn a_reshape_continued_without_a_member_finishes_degraded_and_records_it_missing
 
 #[test]
 fn size_max_uses_larger_members_and_resyncs_the_new_part() {
+    size_max_case(&[]);
+}
+
+/// md resizes the write-intent bitmap with the members (`md_bitmap_resize`); so does uraid,
+/// and the new part is resynced from it as from the superblocks.
+#[test]
+fn size_max_resizes_the_write_intent_bitmap() {
+    size_max_case(&["--bitmap", "internal", "--bitmap-chunk", "64K"]);
+}
+
+fn size_max_case(create: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let (devs, content) = filled(dir, "5", 3, &[]);
+    let (devs, content) = filled(dir, "5", 3, create);
     // Nothing larger yet: nothing to change, nothing written.
     let before = sums(dir, &devs);
     let out = run(dir, &with_devs(&["grow", "--size", "max"], &devs));
@@ -504,6 +515,17 @@ fn size_max_uses_larger_members_and_resyncs_the_new_part() {
     for lost in 0..3 {
         let left: Vec<String> = (0..3).filter(|&i| i != lost).map(|i| devs[i].clone()).collect();
         assert_eq!(ok(dir, &with_devs(&["read", "--run"], &left)).stdout, whole, "without member {lost}");
+    }
+    if !create.is_empty() {
+        // Each member's bitmap counts the new member size.
+        for d in &devs {
+            let image = std::fs::read(dir.join(d)).unwrap();
+            let sb = uraid_core::metadata::Superblock1::decode(&image[4096..8192]).unwrap();
+            let at = (4096 + i64::from(sb.bitmap_offset_sectors().expect("a bitmap")) * 512) as usize;
+            let bitmap = uraid_core::metadata::BitmapSuperblock::decode(&image[at..at + 256]).unwrap();
+            assert_eq!(bitmap.sync_size_sectors, new, "{d}");
+            assert_eq!(bitmap.events, sb.events, "{d}");
+        }
     }
 }
 

@@ -210,13 +210,16 @@ fn a_crash_while_a_takeover_or_a_size_change_rewrites_the_superblocks_keeps_the_
     use uraid_engine::reshape::{resize, take_over};
     let opts = ArrayOptions { writable: true, ..Default::default() };
     let level = |l| GrowRequest { level: Some(l), ..Default::default() };
-    let cases: [(&str, Shape, Option<i32>); 6] = [
+    let cases: [(&str, Shape, Option<i32>); 7] = [
         ("raid5 -> raid6", small(Level::Raid5, 3), Some(6)),
         ("raid6 -> raid5", Shape::new(Level::Raid6, 4).layout(18), Some(5)),
         ("raid5 parity-last -> raid0", Shape::new(Level::Raid5, 3).layout(5), Some(0)),
         ("raid0 -> raid5", Shape::new(Level::Raid0, 3), Some(5)),
         ("raid1 -> raid5", Shape::new(Level::Raid1, 2), Some(5)),
         ("raid5 --size max", small(Level::Raid5, 3), None),
+        // The bitmap is resized first: a new size with the old, shorter bitmap would be
+        // refused at assembly.
+        ("raid5 --size max with a bitmap", small(Level::Raid5, 3).bitmap(64 << 10), None),
     ];
     for (seed, (what, shape, to)) in cases.into_iter().enumerate() {
         let grow_by = if to.is_none() { 1 << 20 } else { 0 };

@@ -200,6 +200,10 @@ fn a_crash_at_any_instant_of_a_grow_or_shrink_under_writes_loses_no_flushed_writ
         // A RAID10 n2 -> o2 switch with a bitmap (it counts array sectors, which the same
         // members keep).
         (Level::Raid10, 4, 25, false, None, None, to_offset, true),
+        // A RAID10 grown and one shrunk with a bitmap: md resizes it (it counts array
+        // sectors; `a_raid10_grow_resizes_its_bitmap_as_md_does` has one whose chunk doubles).
+        (Level::Raid10, 3, 26, true, None, None, None, true),
+        (Level::Raid10, 4, 27, false, None, None, raid10_shrink, true),
     ] {
         let mut shape = Shape::new(level, disks).spares(usize::from(grow && change.is_none()));
         shape.layout = layout;
@@ -251,6 +255,8 @@ fn a_crash_at_any_instant_of_a_grow_or_shrink_under_writes_loses_no_flushed_writ
         let what_reshape = match (grow, missing) {
             _ if bitmap && change == chunk_32k => "chunk change with a bitmap",
             _ if bitmap && change == to_offset => "near -> offset with a bitmap",
+            _ if bitmap && change == raid10_shrink => "RAID10 shrink with a bitmap",
+            (true, None) if bitmap && level == Level::Raid10 => "near grow with a bitmap",
             (true, None) if bitmap => "grow with a bitmap",
             _ if change == chunk_32k => "chunk change",
             _ if change == to_offset => "near -> offset",
@@ -630,4 +636,53 @@ fn a_grow_md_left_without_moving_the_data_offset_reads_and_continues() {
     finished.read(0, &mut got).expect("read");
     assert!(got[..size] == content[..], "the content survived the grow");
     assert!(got[size..].iter().all(|&b| b == 0), "the new space reads as zeros");
+}
+
+/// A member's write-intent bitmap superblock (v1.2: the superblock 4 KiB in).
+fn bitmap_of(member: &MemMember) -> uraid_core::metadata::BitmapSuperblock {
+    let image = member.snapshot();
+    let sb = uraid_core::metadata::Superblock1::decode(&image[4096..8192]).expect("v1.2 superblock");
+    let at = (4096 + i64::from(sb.bitmap_offset_sectors().expect("a bitmap")) * 512) as usize;
+    uraid_core::metadata::BitmapSuperblock::decode(&image[at..at + 256]).expect("bitmap superblock")
+}
+
+/// md resizes a RAID10's bitmap when its members change (it counts array sectors), keeping
+/// it within the sectors it takes: here the 4 KiB-chunk bits of the grown array no longer
+/// fit two sectors, so the chunk doubles, as `md_bitmap_resize` doubles it. The grown
+/// array's bitmap covers it exactly, and assembles (which checks that it covers the array).
+#[test]
+fn a_raid10_grow_resizes_its_bitmap_as_md_does() {
+    let mut shape = Shape::new(Level::Raid10, 3).spares(1).bitmap(4096);
+    shape.member_bytes = 14 << 20;
+    let made = make(&shape);
+    let before = bitmap_of(&made.members[0]);
+    let content = {
+        let array = open(&made.members, false);
+        let content = Rng::new(31).bytes(array.size_bytes() as usize);
+        array.write(0, &content).expect("fill");
+        array.close().expect("close");
+        content
+    };
+    let images: Vec<Arc<MemMember>> = made.members.into_iter().chain(made.spares).collect();
+    let writable = ArrayOptions { writable: true, ..Default::default() };
+    let req = GrowRequest { raid_disks: Some(4), ..Default::default() };
+    let reshaping = ReshapingArray::start(as_devices(&images), &writable, &req).expect("start");
+    assert_eq!(reshaping.run(&|| false, |_| {}).expect("reshape"), ReshapeStep::Finished);
+    reshaping.close().expect("close");
+    drop(reshaping);
+    let (grown, _) = Array::assemble(as_devices(&images), &writable).expect("assemble the grown array");
+    let new_sectors = grown.size_bytes() / 512;
+    assert!(
+        before.resized(new_sectors, before.used_sectors()).chunksize_bytes > before.chunksize_bytes,
+        "the test's sizes make the chunk double"
+    );
+    for image in &images {
+        let after = bitmap_of(image);
+        assert_eq!(after.sync_size_sectors, new_sectors, "the bitmap counts the grown array");
+        assert_eq!(after.chunksize_bytes, before.chunksize_bytes * 2, "doubled to fit");
+        assert!(after.used_sectors() <= before.used_sectors(), "within the sectors it had");
+    }
+    let mut got = vec![0u8; content.len()];
+    grown.read(0, &mut got).expect("read");
+    assert!(got == content, "the content survived the grow");
 }

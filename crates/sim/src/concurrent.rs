@@ -105,6 +105,9 @@ pub struct ConcurrentOutcome {
     /// That reshape was a RAID10 one (more members, another chunk, or near <-> offset:
     /// chunks copied to every copy of the new shape).
     pub raid10_reshaped: bool,
+    /// That RAID10 reshape changed the members of an array with a write-intent bitmap
+    /// (which counts array sectors, so it was resized, as md resizes it).
+    pub raid10_bitmap_resized: bool,
     /// A fault (a member failing, latent or unwritable sectors) was injected while the
     /// reshape ran.
     pub reshape_faulted: bool,
@@ -462,10 +465,8 @@ fn plan(seed: u64, limits: &ConcurrentLimits) -> Plan {
     // RAID10 near or offset gets a member more from its spare, or another chunk, or
     // switches between near and offset (the changes md and uraid make to it).
     let near_raid10 = level == Level::Raid10 && matches!(shape.layout, Some(0x102 | 0x10201));
-    // (A RAID10 with a bitmap only changes its chunk or layout: uraid refuses to change its
-    // members, as md would resize that bitmap with the array.)
+    // (A RAID10 with a bitmap changing its members has its bitmap resized, as md does.)
     let reshapable = matches!(level, Level::Raid4 | Level::Raid5 | Level::Raid6) || near_raid10;
-    let members_change = !(near_raid10 && shape.bitmap);
     // A shrink (one member fewer, md's backwards reshape) needs the array cut first: to what
     // the clients use, far below the new capacity.
     let shrinkable = match level {
@@ -475,12 +476,10 @@ fn plan(seed: u64, limits: &ConcurrentLimits) -> Plan {
     };
     // (RAID10 reshapes more often: few episodes qualify, a near or offset layout.)
     let reshape = (reshapable && !replace && rng.chance(if near_raid10 { 90 } else { 30 })).then(|| match rng.below(4) {
-        0 if shape.spares > 0 && members_change => GrowRequest { raid_disks: Some(disks as u32 + 1), ..Default::default() },
-        _ if near_raid10 && shape.spares > 0 && members_change && rng.chance(50) => {
-            GrowRequest { raid_disks: Some(disks as u32 + 1), ..Default::default() }
-        }
+        0 if shape.spares > 0 => GrowRequest { raid_disks: Some(disks as u32 + 1), ..Default::default() },
+        _ if near_raid10 && shape.spares > 0 && rng.chance(50) => GrowRequest { raid_disks: Some(disks as u32 + 1), ..Default::default() },
         1 if near_raid10 => GrowRequest { layout: Some(if shape.layout == Some(0x102) { 0x10201 } else { 0x102 }), ..Default::default() },
-        3 if shrinkable && members_change => GrowRequest {
+        3 if shrinkable => GrowRequest {
             raid_disks: Some(disks as u32 - 1),
             array_size_sectors: Some((blocks * BLOCK) as u64 / 512),
             ..Default::default()
@@ -908,6 +907,8 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
     outcome.reshaped = plan.reshape.is_some() && !outcome.reshape_refused;
     outcome.shrunk = outcome.reshaped && plan.reshape.as_ref().and_then(|r| r.raid_disks).is_some_and(|n| (n as usize) < shape.disks);
     outcome.raid10_reshaped = outcome.reshaped && shape.level == Level::Raid10;
+    outcome.raid10_bitmap_resized =
+        outcome.raid10_reshaped && shape.bitmap && plan.reshape.as_ref().is_some_and(|r| r.raid_disks.is_some());
     if outcome.crashed {
         // The old array may try to close itself while dropped; the disks are off.
         drop(array);

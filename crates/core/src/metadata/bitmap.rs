@@ -117,6 +117,48 @@ impl BitmapSuperblock {
     pub fn bits_len_bytes(&self) -> u64 {
         self.chunk_count().div_ceil(8)
     }
+
+    /// Sectors the superblock and its bits take now.
+    pub fn used_sectors(&self) -> u64 {
+        (BITMAP_SUPER_BYTES as u64 + self.bits_len_bytes()).div_ceil(512)
+    }
+
+    /// The bitmap for a sync range of `sync_sectors`, kept within `space_sectors` (md's
+    /// `md_bitmap_resize` with no chunk size asked: the chunk stays, or doubles until the
+    /// bits fit, up to md's largest chunk of 2 GiB). Everything else stays as it is.
+    pub fn resized(&self, sync_sectors: u64, space_sectors: u64) -> BitmapSuperblock {
+        let fits = |chunk_bytes: u64| {
+            let chunks = sync_sectors.div_ceil(chunk_bytes / 512);
+            BITMAP_SUPER_BYTES as u64 + chunks.div_ceil(8) <= space_sectors * 512
+        };
+        let mut chunk_bytes = u64::from(self.chunksize_bytes).max(512);
+        // md's loop: `chunkshift + BITMAP_BLOCK_SHIFT < 31`, i.e. chunks below 2^31 bytes
+        // may still double.
+        while !fits(chunk_bytes) && chunk_bytes < 1 << 31 {
+            chunk_bytes *= 2;
+        }
+        BitmapSuperblock { sync_size_sectors: sync_sectors, chunksize_bytes: chunk_bytes as u32, ..self.clone() }
+    }
+}
+
+/// The sectors md lets an internal bitmap take when it resizes it (`bitmap_info.space`):
+/// 1.1 and 1.2 record no room, so md keeps to the sectors the bitmap takes now; 1.0 may use
+/// everything up to its superblock (or 4 KiB past it, for a bitmap after it); 0.90 has 60
+/// KiB after its 4 KiB superblock. `offset_sectors` is the bitmap's offset from the superblock.
+pub fn md_bitmap_space_sectors(version: super::MetadataVersion, offset_sectors: i64, current: &BitmapSuperblock) -> u64 {
+    use super::MetadataVersion::*;
+    let recorded = match version {
+        V0_90 => 128 - 8,
+        V1_0 if offset_sectors > 0 => (8 - offset_sectors).max(0) as u64,
+        V1_0 => offset_sectors.unsigned_abs(),
+        V1_1 | V1_2 => 0,
+    };
+    // (md: a space of 0 means "unknown", and the current size is taken.)
+    if recorded == 0 {
+        current.used_sectors()
+    } else {
+        recorded
+    }
 }
 
 /// The bit array of a write-intent bitmap, one bit per chunk of the sync range.
@@ -221,6 +263,23 @@ impl WriteIntentBits {
         }
     }
 
+    /// These bits (of the bitmap `from`) for the bitmap `to` (another chunk size or sync
+    /// range): a chunk of `to` is marked when any chunk here that shares a sector with it is
+    /// marked, and when it reaches past `from`'s sync range (those sectors were never
+    /// covered: whoever assembles next must not take them as in sync; md marks them needed
+    /// in memory).
+    pub fn remapped(&self, from: &BitmapSuperblock, to: &BitmapSuperblock) -> WriteIntentBits {
+        let mut out = WriteIntentBits::all_clean(to);
+        let covered = from.sync_size_sectors.min(self.chunk_count.saturating_mul(self.chunk_sectors));
+        for chunk in 0..out.chunk_count {
+            let first = chunk.saturating_mul(out.chunk_sectors);
+            let last = first.saturating_add(out.chunk_sectors - 1);
+            let dirty = last >= covered || (self.chunk_of_sector(first)..=self.chunk_of_sector(last)).any(|c| self.is_dirty(c));
+            out.set_dirty(chunk, dirty);
+        }
+        out
+    }
+
     /// Marked chunks in increasing order.
     pub fn dirty_chunks(&self) -> impl Iterator<Item = u64> + '_ {
         (0..self.chunk_count).filter(|chunk| self.is_dirty(*chunk))
@@ -260,6 +319,81 @@ mod tests {
         assert_eq!(sb.chunk_sectors(), 2048);
         assert_eq!(sb.chunk_count(), 15);
         assert_eq!(sb.bits_len_bytes(), 2);
+    }
+
+    #[test]
+    fn resizing_keeps_the_chunk_while_the_bits_fit_and_doubles_it_otherwise() {
+        let sb = sample(); // 15 chunks of 1 MiB: 2 bytes of bits, one sector in all
+        assert_eq!(sb.used_sectors(), 1);
+        // Up to (512 - 256) * 8 chunks fit one sector.
+        let same = sb.resized(2048 * 2048, 1);
+        assert_eq!((same.chunksize_bytes, same.sync_size_sectors, same.chunk_count()), (1 << 20, 2048 * 2048, 2048));
+        let doubled = sb.resized(2048 * 2049, 1);
+        assert_eq!((doubled.chunksize_bytes, doubled.chunk_count()), (2 << 20, 1025));
+        // More room: the chunk stays. A smaller range never shrinks the chunk.
+        assert_eq!(sb.resized(2048 * 2049, 2).chunksize_bytes, 1 << 20);
+        assert_eq!(doubled.resized(100, 1).chunksize_bytes, 2 << 20);
+        // md stops doubling at 2 GiB chunks.
+        assert_eq!(sb.resized(u64::MAX / 2, 1).chunksize_bytes, 1 << 31);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_resized_bitmap_fits_its_space_with_the_smallest_chunk_that_does(
+            chunk_shift in 0u32..12, sync in 1u64..1 << 40, space in 1u64..64,
+        ) {
+            let mut sb = sample();
+            sb.chunksize_bytes = 512 << chunk_shift;
+            let resized = sb.resized(sync, space);
+            proptest::prop_assert!(resized.chunksize_bytes >= sb.chunksize_bytes);
+            proptest::prop_assert!(resized.chunksize_bytes.is_power_of_two());
+            proptest::prop_assert!(resized.used_sectors() <= space || resized.chunksize_bytes == 1 << 31);
+            if resized.chunksize_bytes > sb.chunksize_bytes {
+                let half = BitmapSuperblock { chunksize_bytes: resized.chunksize_bytes / 2, ..resized.clone() };
+                proptest::prop_assert!(half.used_sectors() > space);
+            }
+            // Resizing again to the same range changes nothing (a restart redoes it).
+            proptest::prop_assert_eq!(resized.resized(sync, resized.used_sectors().max(space)), resized.clone());
+        }
+
+        #[test]
+        fn remapped_bits_cover_every_marked_sector(
+            from_shift in 0u32..6, to_shift in 0u32..6, sync in 1u64..20_000, grow in 0u64..5_000, marks in proptest::collection::vec(0u64..25_000, 0..20),
+        ) {
+            let mut from_sb = sample();
+            from_sb.chunksize_bytes = 512 << from_shift;
+            from_sb.sync_size_sectors = sync;
+            let mut bits = WriteIntentBits::all_clean(&from_sb);
+            for m in &marks {
+                bits.mark_sectors(*m, 1);
+            }
+            let to_sb = BitmapSuperblock { chunksize_bytes: 512 << to_shift, sync_size_sectors: sync + grow, ..from_sb.clone() };
+            let out = bits.remapped(&from_sb, &to_sb);
+            for sector in 0..sync + grow {
+                let was = sector < sync && bits.is_dirty(bits.chunk_of_sector(sector));
+                let beyond = sector >= sync;
+                if was || beyond {
+                    proptest::prop_assert!(out.is_dirty(out.chunk_of_sector(sector)), "sector {} lost its mark", sector);
+                }
+            }
+            // Nothing is marked that no marked (or uncovered) sector explains.
+            for chunk in out.dirty_chunks() {
+                let first = chunk * out.chunk_sectors();
+                let explained = (first..first + out.chunk_sectors()).any(|s| s >= sync || bits.is_dirty(bits.chunk_of_sector(s)));
+                proptest::prop_assert!(explained, "chunk {} marked for nothing", chunk);
+            }
+        }
+    }
+
+    #[test]
+    fn md_space_rules() {
+        use crate::metadata::MetadataVersion::*;
+        let sb = sample();
+        assert_eq!(md_bitmap_space_sectors(V1_2, 8, &sb), 1);
+        assert_eq!(md_bitmap_space_sectors(V1_1, 8, &sb), 1);
+        assert_eq!(md_bitmap_space_sectors(V1_0, -16, &sb), 16);
+        assert_eq!(md_bitmap_space_sectors(V1_0, 2, &sb), 6);
+        assert_eq!(md_bitmap_space_sectors(V0_90, 8, &sb), 120);
     }
 
     #[test]

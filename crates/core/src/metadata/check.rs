@@ -44,7 +44,7 @@
 use super::bitmap::{BitmapSuperblock, BITMAP_SUPER_BYTES};
 use super::sb090::SB090_BYTES;
 use super::sb1::{FeatureMap, SB1_MAX_BYTES};
-use super::{sb090_offset_sectors, Personality, Superblock, Superblock090, Superblock1, SECTOR_BYTES};
+use super::{sb090_offset_sectors, ArrayShape, Personality, Superblock, Superblock090, Superblock1, SECTOR_BYTES};
 use crate::geometry::Level;
 
 /// md's device limit for 1.x metadata: `(4096 - 256) / 2`.
@@ -276,12 +276,26 @@ pub fn check_bitmap(sb: &Superblock, dev_size_bytes: u64, bitmap: &BitmapSuperbl
             check_area("write-intent bitmap", s, offset, bytes.div_ceil(SECTOR_BYTES), data, dev_size_bytes / SECTOR_BYTES)?;
         }
     }
-    let shape = sb.shape();
-    let needed = match shape.level {
+    let needed_by = |shape: &ArrayShape| match shape.level {
         Personality::Array(Level::Raid10) => shape.array_size_sectors(&[]).unwrap_or(0),
         Personality::Array(Level::Linear) | Personality::Array(Level::Raid0) => 0,
         _ => shape.component_size_sectors,
     };
+    let shape = sb.shape();
+    let mut needed = needed_by(&shape);
+    // While reshaping, md's sync range is the smaller shape's (`resync_max_sectors`): md
+    // writes that in `sync_size` until the end, though it sized the bits for the new shape.
+    if let Superblock::V1(s) = sb {
+        if s.feature_map.contains(FeatureMap::RESHAPE_ACTIVE) {
+            let old = ArrayShape {
+                raid_disks: (i64::from(s.raid_disks) - i64::from(s.delta_disks)).clamp(1, i64::from(u32::MAX)) as u32,
+                ..shape
+            };
+            let new =
+                ArrayShape { level: Personality::from_raw(s.new_level), layout: s.new_layout, chunk_sectors: s.new_chunk_sectors, ..shape };
+            needed = needed_by(&old).min(needed_by(&new));
+        }
+    }
     if bitmap.sync_size_sectors < needed {
         return Err(SuperblockProblem::BitmapTooShort { covers: bitmap.sync_size_sectors, needed });
     }
@@ -450,6 +464,29 @@ mod tests {
         let mut no_bitmap = sample();
         no_bitmap.feature_map = FeatureMap(0);
         assert_eq!(check_bitmap(&Superblock::V1(no_bitmap), DEV, &bitmap(0, 64 << 10)), Ok(()));
+    }
+
+    #[test]
+    fn a_reshaping_raid10s_bitmap_covers_the_smaller_shape() {
+        // RAID10 near-2 of 4 grown to 5 members of 14336 sectors: 28672 -> 35840 array
+        // sectors. md's `sync_size` stays at the smaller shape's until the end.
+        let mut r10 = sample();
+        (r10.level, r10.new_level, r10.layout, r10.new_layout, r10.raid_disks, r10.delta_disks) = (10, 10, 0x102, 0x102, 5, 1);
+        (r10.chunksize_sectors, r10.new_chunk_sectors) = (128, 128);
+        r10.feature_map.0 |= FeatureMap::RESHAPE_ACTIVE;
+        r10.reshape_position_sectors = 0;
+        let sb = Superblock::V1(r10.clone());
+        assert_eq!(check_bitmap(&sb, DEV, &bitmap(28672, 64 << 10)), Ok(()));
+        assert_eq!(
+            check_bitmap(&sb, DEV, &bitmap(28671, 64 << 10)),
+            Err(SuperblockProblem::BitmapTooShort { covers: 28671, needed: 28672 })
+        );
+        // Once finished, the whole new shape.
+        r10.feature_map.0 &= !FeatureMap::RESHAPE_ACTIVE;
+        assert_eq!(
+            check_bitmap(&Superblock::V1(r10), DEV, &bitmap(28672, 64 << 10)),
+            Err(SuperblockProblem::BitmapTooShort { covers: 28672, needed: 35840 })
+        );
     }
 
     #[test]

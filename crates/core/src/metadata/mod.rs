@@ -26,7 +26,7 @@ use crate::geometry::Level;
 use std::fmt;
 
 pub use badblocks::{BadBlockList, BadBlockLogError, SectorRange};
-pub use bitmap::{BitmapSuperblock, WriteIntentBits};
+pub use bitmap::{md_bitmap_space_sectors, BitmapSuperblock, WriteIntentBits};
 pub use sb090::{DiskDescriptor090, Superblock090};
 pub use sb1::{FeatureMap, MdTime, PplArea, Superblock1};
 

@@ -44,11 +44,6 @@ pub enum SizeError {
          yet; use mdadm --grow --size"
     )]
     SuperblockAtEnd,
-    #[error(
-        "the array has a write-intent bitmap, which md resizes with the array; uraid does not resize bitmaps yet: use mdadm \
-         --grow --size"
-    )]
-    Bitmap,
     #[error("shrinking the members' used size ({asked} < {now} sectors) is not supported: md needs --array-size first")]
     Shrink { asked: u64, now: u64 },
     #[error("{asked} sectors per member asked, the smallest device holds {max}: replace it by a larger one first")]
@@ -74,9 +69,6 @@ pub fn plan_size(sb: &Superblock1, devices: &[DeviceRoom], ask: SizeAsk) -> Resu
         4..=6 => u64::from(sb.chunksize_sectors.max(1)),
         level => return Err(SizeError::Level(level)),
     };
-    if sb.feature_map.contains(super::FeatureMap::BITMAP_OFFSET) {
-        return Err(SizeError::Bitmap);
-    }
     let data_sectors: Vec<(u32, u64)> =
         devices.iter().map(|d| d.data_sectors().map(|s| (d.dev_number, s)).ok_or(SizeError::SuperblockAtEnd)).collect::<Result<_, _>>()?;
     let max = data_sectors.iter().map(|&(_, s)| s).min().unwrap_or(0) / chunk * chunk;
@@ -159,8 +151,5 @@ mod tests {
         let mut at_end = devices;
         at_end[1] = DeviceRoom { data_offset_sectors: 0, super_offset_sectors: 98288, ..at_end[1] };
         assert_eq!(plan_size(&sb, &at_end, SizeAsk::Max), Err(SizeError::SuperblockAtEnd));
-        let mut bitmap = sb.clone();
-        bitmap.feature_map.0 |= crate::metadata::FeatureMap::BITMAP_OFFSET;
-        assert_eq!(plan_size(&bitmap, &devices, SizeAsk::Max), Err(SizeError::Bitmap));
     }
 }

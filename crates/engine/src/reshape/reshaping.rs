@@ -245,17 +245,30 @@ type Bitmaps = Vec<Option<(u64, BitmapSuperblock)>>;
 /// md's bitmap counts member sectors for RAID4/5/6, which a reshape keeps; for RAID10 it
 /// counts array sectors, which a chunk change or a near <-> offset switch keeps (the same
 /// members hold the same array) but a change of members does not: md resizes the bitmap
-/// with the array then, which uraid does not. `shapes`: (level, members) before and after.
-fn refuse_raid10_bitmap(bitmaps: &Bitmaps, shapes: [(i32, u32); 2]) -> Result<(), EngineError> {
-    let [(old_level, old_disks), (new_level, new_disks)] = shapes;
-    if bitmaps.iter().any(Option::is_some) && (old_level == 10 || new_level == 10) && old_disks != new_disks {
-        return Err(EngineError::Unsupported(
-            "uraid does not change the members of a RAID10 with a write-intent bitmap (md resizes the bitmap with \
-             the array): remove the bitmap first (mdadm --grow --bitmap=none), or reshape it with mdadm"
-                .into(),
-        ));
-    }
-    Ok(())
+/// then (`raid10_start_reshape` -> `md_bitmap_resize`), its chunk doubled until the bits
+/// fit the sectors the bitmap takes now. uraid resizes it the same way when it opens the
+/// reshape, to the larger shape's range (the bits must cover both shapes' sectors while
+/// both are in use, and a bitmap that already covers it is left as it is: a restart
+/// resizes nothing again), and cuts the range to the new shape's at the end.
+fn resized_for_raid10_members(bitmaps: Bitmaps, found: &[(u64, Superblock1)], originals: &Originals090, sync_sectors: u64) -> Bitmaps {
+    bitmaps
+        .into_iter()
+        .zip(found.iter().zip(originals))
+        .map(|(bitmap, ((sb_at, sb), original))| {
+            bitmap.map(|(at, bsb)| {
+                let version = if original.is_some() { uraid_core::metadata::MetadataVersion::V0_90 } else { sb.version() };
+                let offset_sectors = (at as i64 - *sb_at as i64) / SECTOR_BYTES as i64;
+                let space = uraid_core::metadata::md_bitmap_space_sectors(version, offset_sectors, &bsb);
+                let sync = sync_sectors.max(bsb.sync_size_sectors);
+                (at, if sync == bsb.sync_size_sectors { bsb } else { bsb.resized(sync, space) })
+            })
+        })
+        .collect()
+}
+
+/// Whether a reshape changes the members of a RAID10 (whose bitmap counts array sectors).
+fn changes_raid10_members(state: &ReshapeState) -> bool {
+    state.old.level == 10 && state.new.level == 10 && state.old.raid_disks != state.new.raid_disks
 }
 
 impl ReshapingArray {
@@ -285,10 +298,6 @@ impl ReshapingArray {
         let what = if shrinks { "removing members" } else { "reshaping" };
         let spares = super::spares_of_a_changeable_array_missing(&devices, opts, what, may_miss)?;
         let bitmaps = bitmaps_of(&devices, &found, &vec![None; found.len()])?;
-        refuse_raid10_bitmap(
-            &bitmaps,
-            [(newest.level, newest.raid_disks), (req.level.unwrap_or(newest.level), req.raid_disks.unwrap_or(newest.raid_disks))],
-        )?;
         // A bitmap between the superblock and the data is room the data cannot move into.
         let room = found
             .iter()
@@ -347,7 +356,6 @@ impl ReshapingArray {
         let found: Vec<(u64, Superblock1)> = found.into_iter().map(|(at, own)| (at, adopt_array_state(&newest, &own))).collect();
         // Only a writable array writes the bitmap; a reader leaves it alone.
         let bitmaps = if opts.writable { bitmaps_of(&devices, &found, &originals)? } else { vec![None; found.len()] };
-        refuse_raid10_bitmap(&bitmaps, [(state.old.level, state.old.raid_disks), (state.new.level, state.new.raid_disks)])?;
         // Members in a role the old shape lacks, written by the reshape as it goes (md's
         // `recovery_offset` following the position: a RAID0 grown through RAID4, or a spare
         // given to a degraded array's missing role): the old shape is missing that role, the
@@ -409,6 +417,12 @@ impl ReshapingArray {
         };
         let old = side(Side::Old)?;
         let new = Arc::new(side(Side::New)?);
+        let bitmaps = if changes_raid10_members(&state) {
+            let sync_sectors = old.size_bytes().max(new.size_bytes()) / SECTOR_BYTES;
+            resized_for_raid10_members(bitmaps, &found, &originals, sync_sectors)
+        } else {
+            bitmaps
+        };
         if opts.writable {
             for &i in &current {
                 let (_, sb) = &found[i];
@@ -990,7 +1004,15 @@ impl ReshapingArray {
         let resync_offset = if self.opened_clean { MAX_SECTOR } else { 0 };
         let state = self.state.clone();
         let sizes: Vec<(u32, u64)> = {
-            let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            if changes_raid10_members(&state) {
+                // The bitmap's range is the new array's from here on (md: `resync_max_sectors`
+                // takes the array's size at the end); its chunk stays as resized.
+                let sync_sectors = self.new.size_bytes() / SECTOR_BYTES;
+                for (_, bsb) in slots.iter_mut().filter_map(|s| s.bitmap.as_mut()) {
+                    bsb.sync_size_sectors = sync_sectors;
+                }
+            }
             slots.iter().map(|s| (s.sb.dev_number, s.member.size_bytes() / SECTOR_BYTES)).collect()
         };
         self.write_superblocks(&mut events, |sb| {

@@ -26,8 +26,24 @@ pub fn resize(devices: &[Arc<dyn Member>], opts: &ArrayOptions, ask: SizeAsk) ->
         })
         .collect();
     let plan = plan_size(&newest, &rooms, ask).map_err(|e| EngineError::Invalid(e.to_string()))?;
+    // Every bitmap is read (and found sound) before anything is written.
+    let bitmaps: Vec<Option<(u64, Vec<u8>)>> = devices
+        .iter()
+        .zip(&found)
+        .map(|(dev, (at, own))| resized_bitmap(dev.as_ref(), own, *at, plan.size_sectors, newest.events + 1))
+        .collect::<Result<_, _>>()?;
     let now = crate::array::now_seconds();
-    for (dev, (at, own)) in devices.iter().zip(&found) {
+    for ((dev, (at, own)), bitmap) in devices.iter().zip(&found).zip(&bitmaps) {
+        // The bitmap first: until the superblock says the new size, a bitmap covering more
+        // is harmless, while a new size with a bitmap too short is not (it would leave
+        // writes past its end unmarked, and assembly refuses such a member).
+        if let Some((bitmap_at, bytes)) = bitmap {
+            dev.write_at(bytes, *bitmap_at).and_then(|_| dev.flush()).map_err(|error| crate::Fault::Metadata {
+                device: dev.label().to_string(),
+                action: "resizing the write-intent bitmap",
+                error,
+            })?;
+        }
         let mut sb = own.clone();
         sb.size_sectors = newest.size_sectors;
         sb.resync_offset_sectors = newest.resync_offset_sectors;
@@ -42,4 +58,30 @@ pub fn resize(devices: &[Arc<dyn Member>], opts: &ArrayOptions, ask: SizeAsk) ->
         })?;
     }
     Ok(plan)
+}
+
+/// The device's write-intent bitmap (where it starts, and its superblock and bits) for a
+/// sync range of `sync_sectors`, as md's `md_bitmap_resize` makes it when the members'
+/// used size changes (RAID1's array and RAID4/5/6's members count the same sectors then):
+/// the chunk doubled until the bits fit the room md allows, every marked sector still
+/// marked, and the new range marked too (md resyncs it; the superblocks also say so).
+/// `None` without a bitmap.
+fn resized_bitmap(
+    dev: &dyn Member,
+    sb: &uraid_core::metadata::Superblock1,
+    at: u64,
+    sync_sectors: u64,
+    events: u64,
+) -> Result<Option<(u64, Vec<u8>)>, EngineError> {
+    let Some((state, bits)) = crate::array::bitmap::load(dev, &Superblock::V1(sb.clone()), at)
+        .map_err(|why| EngineError::Refused(format!("{}: {why}", dev.label())))?
+    else {
+        return Ok(None);
+    };
+    let space = uraid_core::metadata::md_bitmap_space_sectors(sb.version(), state.rel_offset / SECTOR_BYTES as i64, &state.sb);
+    let mut resized = state.sb.resized(sync_sectors, space);
+    resized.events = events;
+    let mut bytes = resized.encode().to_vec();
+    bytes.extend_from_slice(bits.remapped(&state.sb, &resized).encode());
+    Ok(Some((at.saturating_add_signed(state.rel_offset), bytes)))
 }
