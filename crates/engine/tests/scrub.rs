@@ -114,3 +114,68 @@ fn a_scrub_names_the_member_whose_read_failed() {
     assert_eq!(f.len(), 1, "{report:?}");
     assert_eq!(f[0].role, Some(3));
 }
+
+/// md counts a RAID10 resync in array sectors (`recovery_cp`), uraid's resync walks member
+/// rows. An array md stopped part-way through its resync (here: at array sector `a`, every
+/// chunk from there on with one copy stale) must come out with every copy equal: taking
+/// md's number as a member row skipped array sectors md had not done (n2 of 3 members
+/// holds a row's worth of array sectors 1.5 times further on). And uraid's own number
+/// goes out in array sectors: assembled again before its resync ran, nothing is skipped.
+#[test]
+fn a_raid10_resync_md_left_part_way_is_finished_from_where_md_stopped() {
+    use uraid_core::metadata::Superblock1;
+    for (layout, disks) in [(0x102u32, 3usize), (0x102, 4), (0x201, 3), (0x10201, 3)] {
+        let mut shape = Shape::new(Level::Raid10, disks);
+        shape.chunk_kib = 16;
+        shape.layout = Some(layout);
+        let made = make(&shape);
+        {
+            let a = open(&made.members, false);
+            a.write(0, &Rng::new(7).bytes(a.size_bytes() as usize)).unwrap();
+            a.close().unwrap();
+        }
+        let sb0 = {
+            let mut raw = vec![0u8; 4096];
+            made.members[0].read_at(&mut raw, 4096).unwrap();
+            Superblock1::decode(&raw).unwrap()
+        };
+        let g = uraid_core::geometry::Raid10Geometry::new(layout, sb0.chunksize_sectors, disks, sb0.size_sectors).unwrap();
+        let chunk = g.chunk_sectors();
+        // md stopped a quarter of the way (a whole chunk); past it, the last copy of every
+        // chunk is stale (a crash between the copies' writes).
+        let stopped = g.array_sectors() / 4 / chunk * chunk;
+        for c in (stopped / chunk)..(g.array_sectors() / chunk) {
+            let last = *g.copies(c * chunk).unwrap().last().unwrap();
+            let m = &made.members[last.role];
+            m.write_at(&vec![0xa5; (chunk * 512) as usize], data_offset(m) + last.sector * 512).unwrap();
+        }
+        for m in &made.members {
+            let mut raw = vec![0u8; 4096];
+            m.read_at(&mut raw, 4096).unwrap();
+            let mut sb = Superblock1::decode(&raw).unwrap();
+            sb.resync_offset_sectors = stopped;
+            sb.update_checksum();
+            m.write_at(&sb.encode(), 4096).unwrap();
+        }
+        // Assembled and closed before any resync: the offset uraid writes back must still
+        // name a point at or before md's.
+        {
+            let a = open(&made.members, false);
+            a.close().unwrap();
+        }
+        let mut raw = vec![0u8; 4096];
+        made.members[1].read_at(&mut raw, 4096).unwrap();
+        let written = Superblock1::decode(&raw).unwrap().resync_offset_sectors;
+        assert!(written <= stopped, "{layout:#x}/{disks}: uraid recorded {written}, md had stopped at {stopped}");
+        let a = open(&made.members, false);
+        let outcome = driver(&a).run(uraid_engine::array::JobKind::Resync, &|| false, |_| {}).expect("resync");
+        assert!(outcome.finished, "{outcome:?}");
+        let report = check_clean(&a);
+        assert_eq!(
+            report.mismatch_sectors,
+            0,
+            "{layout:#x}/{disks}: copies still differ after the resync, first at {:?}",
+            report.findings.first()
+        );
+    }
+}

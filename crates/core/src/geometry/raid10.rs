@@ -237,4 +237,40 @@ impl Raid10Geometry {
         let copies = self.copies(array_sector).ok()?;
         copies.contains(&MemberSector { role, sector: member_sector }).then_some(array_sector)
     }
+
+    /// md counts a RAID10 resync in array sectors (`recovery_cp`: its resync walks virtual
+    /// addresses), while uraid's walks member rows, each row syncing every array sector
+    /// with a copy there. The member row from which uraid's resync covers everything md had
+    /// not done when it stopped at `array_sector`: every member sector below it holds only
+    /// array sectors below `array_sector` (it may redo a little, never skip).
+    pub fn resync_row_for(&self, array_sector: u64) -> u64 {
+        if array_sector >= self.array_sectors {
+            return self.used_member_sectors;
+        }
+        let chunk = self.chunk_sectors;
+        // A far layout holds the whole array once in its first section (`stride` rows);
+        // the rows past it hold far copies of the array's start again.
+        let spread = if self.far_copies > 1 && !self.far_offset { self.stride } else { self.used_member_sectors };
+        let estimate = (u128::from(array_sector) * u128::from(spread) / u128::from(self.array_sectors.max(1))) as u64;
+        let mut row = estimate.min(spread) / chunk * chunk;
+        // (Within a section a role's array sectors grow with its member sectors, so the last
+        // sector below `row` on each role holds the largest.)
+        while row > 0 && (0..self.raid_disks).any(|role| self.unmap(role, row - 1).is_some_and(|a| a >= array_sector)) {
+            row -= chunk;
+        }
+        row
+    }
+
+    /// The array sector md may resume a resync from once uraid's has synced every member
+    /// row below `row`: the smallest array sector stored at `row` (every smaller one has a
+    /// copy below it, synced with all its copies), the whole array once a far layout's
+    /// first section is done.
+    pub fn resync_array_sector_for(&self, row: u64) -> u64 {
+        let first_section_done = self.far_copies > 1 && !self.far_offset && row >= self.stride;
+        if row >= self.used_member_sectors || first_section_done {
+            return self.array_sectors;
+        }
+        let row = row / self.chunk_sectors * self.chunk_sectors;
+        (0..self.raid_disks).filter_map(|role| self.unmap(role, row)).min().unwrap_or(self.array_sectors)
+    }
 }

@@ -106,7 +106,7 @@ impl Array {
             }
         }
         let mut sb = planned.superblock;
-        sb.set_array_state(meta.roster.events(), self.resync_offset_for_superblock(), now_seconds());
+        sb.set_array_state(meta.roster.events(), self.md_resync_offset(self.resync_offset_for_superblock()), now_seconds());
         member
             .write_at(&superblock_bytes(&sb), planned.superblock_offset_bytes)
             .and_then(|_| member.flush())

@@ -372,6 +372,17 @@ pub(crate) fn now_seconds() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
+/// This array's resync position for the superblock's `resync_offset`: the same but for
+/// RAID10, whose resync md counts in array sectors (its resync walks virtual addresses)
+/// while uraid's walks member rows (`Raid10Geometry::resync_row_for`: a row below which
+/// md had done everything, so nothing md left is skipped).
+fn resync_position_of(geometry: &Geometry, resync_offset: u64) -> u64 {
+    match geometry {
+        Geometry::Raid10(g) if resync_offset != MAX_SECTOR => g.resync_row_for(resync_offset),
+        _ => resync_offset,
+    }
+}
+
 impl Array {
     /// Probes `devices`, decides as md would which of them form the array, and builds it.
     /// Nothing is written: not even in writable mode, until the first write.
@@ -583,6 +594,7 @@ impl Array {
             }
             Superblock::V090(_) => plan.uuid.to_string(),
         };
+        let resync_pos = if level.has_redundancy() { resync_position_of(&geometry, resync_from) } else { MAX_SECTOR };
         let array = Array {
             size_bytes: geometry.array_sectors() * SECTOR_BYTES,
             geometry,
@@ -598,7 +610,7 @@ impl Array {
             write_state: Mutex::new(uraid_core::state::WriteState::new(false, bitmap_state.as_ref().map(|(_, bits)| bits.clone()))),
             write_state_changed: std::sync::Condvar::new(),
             bitmap_waits: AtomicU64::new(0),
-            resync_pos: AtomicU64::new(if level.has_redundancy() { resync_from } else { MAX_SECTOR }),
+            resync_pos: AtomicU64::new(resync_pos),
             last_write_ms: AtomicU64::new(0),
             foreground_requests: AtomicU64::new(0),
             started: std::time::Instant::now(),
@@ -718,6 +730,15 @@ impl Array {
     /// flushes them. A device that cannot be written is failed (and the round repeated).
     /// The bitmap's bits are left as they are; only the clean mark clears them
     /// ([`Array::persist_clearing_bits`]).
+    /// The superblock's `resync_offset` for a resync done below `position` (this array's
+    /// resync position): the same number but for RAID10, where md counts array sectors.
+    pub(super) fn md_resync_offset(&self, position: u64) -> u64 {
+        match &self.geometry {
+            Geometry::Raid10(g) if position != 0 && position != MAX_SECTOR => g.resync_array_sector_for(position),
+            _ => position,
+        }
+    }
+
     fn persist(&self, meta: &mut Meta, resync_offset: u64) {
         self.persist_clearing_bits(meta, resync_offset, false)
     }
@@ -747,7 +768,7 @@ impl Array {
                 // update, which computes the checksum (the concurrent simulator found a
                 // superblock written with the bit changed after it: seed 292).
                 logs[i] = d.bad_blocks.prepare_update(&mut d.sb);
-                d.sb.set_array_state(round.events, resync_offset, now);
+                d.sb.set_array_state(round.events, self.md_resync_offset(resync_offset), now);
             }
             let mut newly_failed = Vec::new();
             for &i in &round.order {
