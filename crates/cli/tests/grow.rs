@@ -317,15 +317,15 @@ fn refusals_say_what_would_work_and_change_nothing() {
     assert_eq!(sums(dir, &devs), before);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    // A RAID10's bitmap counts array sectors, which md resizes with the array when the
-    // members change: refused (another chunk keeps the array, and is done).
+    // A RAID10's bitmap counts array sectors: another chunk keeps the array; another member
+    // count resizes the bitmap with it, as md does.
     let (devs, content) = filled(dir, "10", 4, &["--bitmap", "internal"]);
     ok(dir, &with_devs(&["grow", "-q", "--chunk", "128K"], &devs));
     assert_eq!(read_prefix(dir, &devs, content.len()), content, "RAID10 chunk change with a bitmap");
-    let before = sums(dir, &devs);
-    let out = run(dir, &with_devs(&["grow", "-n", "5"], &devs));
-    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("bitmap"), "{}", describe("uraid", &[], &out));
-    assert_eq!(sums(dir, &devs), before);
+    ok(dir, &with_devs(&["grow", "-q", "-n", "5"], &devs));
+    let whole = ok(dir, &with_devs(&["read"], &devs)).stdout;
+    assert_eq!(&whole[..content.len()], &content[..], "RAID10 grow with a bitmap");
+    assert!(whole.len() > content.len(), "grown");
 }
 
 /// A RAID5 with a write-intent bitmap grows (md's bitmap counts member sectors, which both
@@ -610,10 +610,37 @@ fn a_090_reshape_in_its_critical_section_is_examined_and_read_but_not_continued(
     // yet moved, which only md's backup file makes crash-safe.
     assert!(err.contains("backup file") && err.contains("mdadm"), "{err}");
     assert_eq!(sums(dir, &devs), before, "a refusal changes nothing");
-    // Starting one is refused the same way.
+    // Starting one without a backup file is refused the same way.
     let (devs, _) = filled(dir, "5", 3, &["-e", "0.90"]);
     let out = run(dir, &with_devs(&["grow", "--raid-devices", "4"], &devs));
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("0.90") && err.contains("backup-file"), "{err}");
+    assert!(err.contains("0.90") && err.contains("--backup-file"), "{err}");
+}
+
+/// A 0.90 grow started in place with a backup file, as mdadm --grow --backup-file starts
+/// one: an existing file is never taken for the backup (mdadm creates it new); stopped
+/// before anything moves, the critical section lives in the backup only (mdadm's format),
+/// a continue without it is refused and one with it restores the section and finishes;
+/// the file is removed at the end.
+#[test]
+fn a_090_grow_starts_in_place_with_a_backup_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (devs, content) = filled(dir, "5", 3, &["-e", "0.90"]);
+    std::fs::write(dir.join("bk"), b"an old backup").unwrap();
+    refused(dir, &devs, &["grow", "--raid-devices", "4", "--backup-file", "bk"], "must not exist");
+    std::fs::remove_file(dir.join("bk")).unwrap();
+    ok(dir, &with_devs(&["grow", "-q", "--sync-max", "0", "--raid-devices", "4", "--backup-file", "bk"], &devs));
+    let backup = std::fs::read(dir.join("bk")).unwrap();
+    assert_eq!(&backup[..16], b"md_backup_data-1");
+    assert_eq!(read_prefix(dir, &devs, content.len()), content, "read while only the backup holds the section");
+    refused(dir, &devs, &["grow", "--continue"], "backup");
+    ok(dir, &with_devs(&["grow", "-q", "--continue", "--backup-file", "bk"], &devs));
+    assert!(!dir.join("bk").exists(), "the backup file is removed at the end");
+    let whole = ok(dir, &with_devs(&["read"], &devs)).stdout;
+    assert_eq!(whole.len(), content.len() / 2 * 3, "three data members");
+    assert_eq!(&whole[..content.len()], &content[..]);
+    let ex = json(&ok(dir, &with_devs(&["examine", "--json"], &devs)));
+    assert!(ex.as_array().unwrap().iter().all(|e| e["raid_devices"] == 4 && e["version"] == "0.90.00"), "{ex}");
 }

@@ -14,8 +14,8 @@ use uraid_core::assemble::AssembleOptions;
 use uraid_core::geometry::Level;
 use uraid_core::metadata::grow::{GrowRequest, LayoutWord};
 use uraid_core::metadata::resize::SizeAsk;
-use uraid_engine::reshape::{resize, take_over, ReshapeStep, ReshapingArray};
-use uraid_engine::{Array, ArrayOptions};
+use uraid_engine::reshape::{resize, take_over, ReshapeBackup, ReshapeStep, ReshapingArray};
+use uraid_engine::{Array, ArrayOptions, IoMode};
 
 #[derive(Args)]
 pub struct GrowArgs {
@@ -67,6 +67,13 @@ pub struct GrowArgs {
     /// for one that runs backwards.
     #[arg(long, value_name = "SECTORS")]
     sync_max: Option<u64>,
+    /// The reshape's backup file (mdadm --backup-file), for a 0.90 array, which reshapes in
+    /// place (it has no data offset to move): starting a grow by members, the critical
+    /// section is saved there first (created new, in mdadm's format, so `mdadm --assemble
+    /// --backup-file` can restore it too) and the file is removed when the reshape ends;
+    /// with --continue, a reshape stopped inside it is restored from it.
+    #[arg(long, value_name = "FILE")]
+    backup_file: Option<PathBuf>,
     /// Like mdadm --force (dirty degraded arrays, stale members).
     #[arg(long)]
     force: bool,
@@ -279,7 +286,10 @@ pub fn run(a: GrowArgs) -> Result<ExitCode> {
             }
             r
         }
-        None => ReshapingArray::open(members, &opts)?,
+        None => match &a.backup_file {
+            Some(path) => ReshapingArray::open_with_backup(members, &opts, Some(&existing_backup(path, a.io.mode())?))?,
+            None => ReshapingArray::open(members, &opts)?,
+        },
         Some(req) => {
             let rest = match take_over(&members, &opts, &req)? {
                 None => req,
@@ -307,7 +317,20 @@ pub fn run(a: GrowArgs) -> Result<ExitCode> {
                     }
                 }
             };
-            ReshapingArray::start(members, &opts, &rest)?
+            match &a.backup_file {
+                Some(path) => {
+                    let backup = new_backup(path, &members, a.io.mode())?;
+                    ReshapingArray::start_in_place(&members, &opts, &rest, &backup)?;
+                    if a.sync_max == Some(0) {
+                        // Stopped before anything moves, as md with sync_max 0: the
+                        // critical section is in the backup only (md's state right after
+                        // mdadm saved it); a continue, or mdadm --assemble, restores it.
+                        return stopped_in_critical_section(&a, members, &opts);
+                    }
+                    ReshapingArray::open_with_backup(members, &opts, Some(&backup))?
+                }
+                None => ReshapingArray::start(members, &opts, &rest)?,
+            }
         }
     };
     let quiet = a.quiet || a.json;
@@ -344,6 +367,10 @@ pub fn run(a: GrowArgs) -> Result<ExitCode> {
         seconds: took.as_secs_f64(),
         mib_per_s: moved as f64 * 512.0 / (1 << 20) as f64 / started.elapsed().as_secs_f64().max(1e-9),
     };
+    if let (true, Some(path)) = (finished, &a.backup_file) {
+        // As mdadm removes it once the reshape is done.
+        std::fs::remove_file(path).with_context(|| format!("removing the backup file {}", path.display()))?;
+    }
     if finished {
         // A degraded shrink leaves the member it removed a spare: it rebuilds the missing
         // role now, as md's `remove_and_add_spares` does once the reshape is done.
@@ -368,6 +395,53 @@ pub fn run(a: GrowArgs) -> Result<ExitCode> {
         } else {
             eprintln!("uraid: reshape stopped at array sector {} of {} and recorded there", result.position_sectors, total);
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A new backup file for a reshape in place, created as mdadm creates it (it must not exist:
+/// an old backup must never be taken for this one), large enough for any critical section
+/// of the array (its members' size is a bound: the section spans a few stripes).
+fn new_backup(path: &std::path::Path, members: &[std::sync::Arc<dyn uraid_engine::Member>], mode: IoMode) -> Result<ReshapeBackup> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .with_context(|| format!("creating the backup file {} (it must not exist yet)", path.display()))?;
+    // mdadm's file: 8 sectors, then the section; 64 MiB holds any section of md's chunks.
+    let len = (64u64 << 20).min(members.iter().map(|m| m.size_bytes()).max().unwrap_or(0)) + 4096;
+    file.set_len(len).with_context(|| format!("sizing the backup file {}", path.display()))?;
+    drop(file);
+    existing_backup(path, mode)
+}
+
+/// The backup file of a reshape in place, as given.
+fn existing_backup(path: &std::path::Path, mode: IoMode) -> Result<ReshapeBackup> {
+    let member = open_members(&[path.to_path_buf()], true, mode)?;
+    Ok(ReshapeBackup::new(member.into_iter().next().context("the backup file")?))
+}
+
+/// `--sync-max 0` on a reshape started in place: reports the start, reading the array only
+/// (a writable open would write the critical section back).
+fn stopped_in_critical_section(
+    a: &GrowArgs,
+    members: Vec<std::sync::Arc<dyn uraid_engine::Member>>,
+    opts: &ArrayOptions,
+) -> Result<ExitCode> {
+    let array = ReshapingArray::open(members, &ArrayOptions { writable: false, ..*opts })?;
+    let result = GrowResult {
+        finished: false,
+        position_sectors: array.position_sectors(),
+        total_sectors: array.total_sectors(),
+        size_bytes: array.size_bytes(),
+        seconds: 0.0,
+        mib_per_s: 0.0,
+    };
+    if a.json {
+        println!("{}", serde_json::to_string(&result)?);
+    } else if !a.quiet {
+        eprintln!("uraid: reshape started and recorded at array sector 0; its critical section is in the backup file only");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -105,6 +105,11 @@ pub enum GrowError {
     #[error("layout {layout} is not a RAID{level} layout")]
     Layout { level: i32, layout: u32 },
     #[error(
+        "this array reshapes in place (0.90 metadata has no data offset to move): uraid starts only a grow by members \
+         of a RAID4/5/6 there, with a backup file (--backup-file); change the chunk or layout with mdadm --grow --backup-file"
+    )]
+    InPlaceGrowOnly,
+    #[error(
         "no room to move the data: the reshape needs {needed} free sectors {where_} the data on every member, the tightest has \
          {have}; md would need a backup file (mdadm --backup-file), which uraid does not write"
     )]
@@ -123,6 +128,27 @@ pub struct GrowPlan {
     /// Each member's used size (md's `size`/`dev_sectors`) from the start: the same, or
     /// less for a shrink that takes the room it moves into from the end of the used size.
     pub size_sectors: u64,
+}
+
+/// A grow by members that keeps the data offset (0.90 metadata has none, so md reshapes it
+/// in place), and its critical section: array sectors `[0, lcm of the old and new data
+/// stripes)`, the stretch whose new stripes overwrite old ones not yet read, which mdadm
+/// backs up first (`compute_backup_blocks`) and whose end md's `raid5_run` requires a
+/// restarted reshape to be past. The plan is [`plan_grow`]'s with the offset kept.
+pub fn plan_grow_in_place(sb: &Superblock1, req: &GrowRequest, spares: &[u32]) -> Result<(GrowPlan, u64), GrowError> {
+    let parity = parity_disks(sb.level).ok_or(GrowError::Level(sb.level))?;
+    let grows = req.raid_disks.is_some_and(|n| n > sb.raid_disks);
+    let same_shape = req.chunk_sectors.is_none_or(|c| c == sb.chunksize_sectors) && req.layout.is_none_or(|l| l == sb.layout);
+    if !grows || !same_shape || req.level.is_some_and(|l| l != sb.level) || req.array_size_sectors.is_some() {
+        return Err(GrowError::InPlaceGrowOnly);
+    }
+    // Any room: the offset is put back below.
+    let room = Room { before_sectors: u64::MAX / 4, after_sectors: 0 };
+    let mut plan = plan_grow(sb, req, spares, room)?;
+    plan.state.new_offset_sectors = 0;
+    let chunk = u64::from(sb.chunksize_sectors);
+    let (old_dd, new_dd) = (u64::from(plan.state.old.raid_disks - parity), u64::from(plan.state.new.raid_disks - parity));
+    Ok((plan, lcm(old_dd * chunk, new_dd * chunk)))
 }
 
 /// Parity members of an md level that reshapes (RAID4/5: 1, RAID6: 2); `None` for others.
@@ -412,7 +438,11 @@ impl GrowPlan {
     /// `super_1_sync` writes it; the checksum is the caller's to update with the events.
     pub fn apply(&self, sb: &mut Superblock1) {
         let st = &self.state;
-        sb.feature_map.0 |= FeatureMap::RESHAPE_ACTIVE | FeatureMap::NEW_OFFSET;
+        sb.feature_map.0 |= FeatureMap::RESHAPE_ACTIVE;
+        // (A reshape in place, as 0.90's, keeps the data offset: no NEW_OFFSET.)
+        if st.new_offset_sectors != 0 {
+            sb.feature_map.0 |= FeatureMap::NEW_OFFSET;
+        }
         if st.backwards && st.old.raid_disks == st.new.raid_disks {
             sb.feature_map.0 |= FeatureMap::RESHAPE_BACKWARDS;
         }
@@ -690,6 +720,34 @@ mod tests {
         r6.raid_disks = 4;
         let plan = plan_grow(&r6, &GrowRequest { raid_disks: Some(5), ..Default::default() }, &[3], ROOM).unwrap();
         assert_eq!(plan.state.new_offset_sectors, -384);
+    }
+
+    #[test]
+    fn a_grow_in_place_keeps_the_offset_and_backs_up_the_lcm_of_the_stripes() {
+        let sb = raid5_3();
+        let req = GrowRequest { raid_disks: Some(4), ..Default::default() };
+        let (plan, critical) = plan_grow_in_place(&sb, &req, &[3]).unwrap();
+        // 2 -> 3 data chunks of 128 sectors: mdadm's "Need to backup 384K".
+        assert_eq!(critical, 768);
+        assert_eq!((plan.state.new_offset_sectors, plan.state.backwards, plan.state.position_sectors), (0, false, 0));
+        assert_eq!(plan.new_roles, vec![(3, 3)]);
+        let mut rec = sb.clone();
+        plan.apply(&mut rec);
+        assert_eq!(rec.feature_map.0, FeatureMap::RESHAPE_ACTIVE, "no NEW_OFFSET in place");
+        assert_eq!(ReshapeState::from_superblock(&rec).unwrap(), plan.state);
+        // Only a grow by members, as uraid starts it in place.
+        for other in [
+            GrowRequest { chunk_sectors: Some(256), ..Default::default() },
+            GrowRequest { raid_disks: Some(4), chunk_sectors: Some(256), ..Default::default() },
+            GrowRequest { raid_disks: Some(2), array_size_sectors: Some(100), ..Default::default() },
+            GrowRequest { level: Some(6), raid_disks: Some(4), ..Default::default() },
+        ] {
+            assert_eq!(plan_grow_in_place(&sb, &other, &[3]), Err(GrowError::InPlaceGrowOnly), "{other:?}");
+        }
+        assert_eq!(
+            plan_grow_in_place(&sb, &GrowRequest { raid_disks: Some(5), ..Default::default() }, &[3]).map(|_| ()),
+            Err(GrowError::NeedSpares { wanted: 5, needed: 2, have: 1 })
+        );
     }
 
     #[test]

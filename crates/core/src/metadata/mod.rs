@@ -11,6 +11,7 @@
 mod codec;
 
 pub mod add;
+pub mod backup;
 pub mod badblocks;
 pub mod bitmap;
 pub mod check;

@@ -2,12 +2,14 @@
 //! chunk, layout or level) while it stays in use, with md's on-disk protocol
 //! ([`ReshapingArray`]).
 
+mod backup;
 mod overlay;
 mod raid0;
 mod reshaping;
 mod resize;
 mod takeover;
 
+pub use backup::ReshapeBackup;
 pub use raid0::{finish_raid0_grow, start_raid0_grow};
 pub use reshaping::{ReshapeStep, ReshapingArray, DEFAULT_WINDOW_BYTES};
 pub use resize::resize;

@@ -21,6 +21,7 @@
 //! recorded as moved first records the position: after a crash the old copy would be read,
 //! and the write would be lost.
 
+use super::backup::ReshapeBackup;
 use super::overlay::SideMember;
 use crate::array::{superblock_bytes_of, Array, ArrayOptions, DeviceState, EngineError};
 use crate::member::Member;
@@ -156,8 +157,9 @@ fn read_superblocks(devices: &[Arc<dyn Member>]) -> Result<Vec<(u64, Superblock1
         // 0.90 has no data offset to move: every reshape starts with a critical section
         // that only md's backup (file, or the new members' spare space) makes crash-safe.
         return Err(EngineError::Unsupported(
-            "uraid does not start reshapes of 0.90 arrays: 0.90 cannot move the data offset, so md needs a backup file \
-             for the start (mdadm --grow --backup-file=FILE ...); once md is past it, uraid can continue the reshape"
+            "a 0.90 array cannot move its data offset, so it reshapes in place and its start needs a backup file: \
+             uraid grow --raid-devices N --backup-file FILE (a grow by members; mdadm --grow --backup-file=FILE for \
+             other changes)"
                 .into(),
         ));
     }
@@ -333,9 +335,91 @@ impl ReshapingArray {
         ReshapingArray::open(devices, opts)
     }
 
+    /// Starts a grow by members of the 0.90 array on `devices` (members and spares) in place,
+    /// as mdadm does with `--backup-file` (0.90 has no data offset to move): the critical
+    /// section (the stretch whose new stripes overwrite old ones not yet read) is saved in
+    /// `backup` in mdadm's format and the start is recorded (0.91 superblocks, position 0).
+    /// [`ReshapingArray::open_with_backup`] then writes the section back in the new shape
+    /// and records the position past it, as it does after a crash anywhere in between
+    /// (`mdadm --assemble --backup-file` too). Nothing is written when it is refused.
+    pub fn start_in_place(
+        devices: &[Arc<dyn Member>],
+        opts: &ArrayOptions,
+        req: &GrowRequest,
+        backup: &ReshapeBackup,
+    ) -> Result<(), EngineError> {
+        let probed: Vec<_> = devices.iter().map(|d| (d.clone(), probe(d.as_ref()))).collect();
+        let (found, originals) = superblocks_of(&probed)?;
+        if originals.iter().any(Option::is_none) {
+            return Err(EngineError::Unsupported(
+                "a backup file is for reshapes of 0.90 arrays, which cannot move their data offset; a 1.x array reshapes by \
+                 moving its data offset, without one"
+                    .into(),
+            ));
+        }
+        if originals.iter().flatten().any(|(_, sb)| sb.has_bitmap()) {
+            return Err(EngineError::Unsupported(
+                "md does not grow a 0.90 array with a write-intent bitmap (mdadm's SET_ARRAY_INFO is refused while it has \
+                 one): remove the bitmap first (mdadm --grow --bitmap=none)"
+                    .into(),
+            ));
+        }
+        let newest = found.iter().max_by_key(|(_, sb)| sb.events).map(|(_, sb)| sb.clone()).expect("read");
+        // (Clean, whole, every device part of it: checked by assembling it.)
+        let spares = super::spares_of_a_changeable_array(devices, opts, "reshaping")?;
+        let (plan, critical) =
+            uraid_core::metadata::grow::plan_grow_in_place(&newest, req, &spares).map_err(|e| EngineError::Invalid(e.to_string()))?;
+        // The section's content, read through the array as it stands.
+        let data = {
+            let (array, _) = Array::assemble(devices.to_vec(), &ArrayOptions { writable: false, ..*opts })?;
+            if critical * SECTOR_BYTES > array.size_bytes() {
+                return Err(EngineError::Invalid(format!(
+                    "the array ({} bytes) is smaller than the grow's critical section ({} sectors)",
+                    array.size_bytes(),
+                    critical
+                )));
+            }
+            let mut data = vec![0u8; (critical * SECTOR_BYTES) as usize];
+            array.read(0, &mut data)?;
+            data
+        };
+        let now = crate::array::now_seconds();
+        backup.save(newest.set_uuid, 0, &data, now)?;
+        // Every device in sync (the array is whole); spares first, each flushed before the
+        // next (see `start`).
+        let present: Vec<(u32, bool)> = found.iter().map(|(_, sb)| (sb.dev_number, true)).collect();
+        let mut order: Vec<usize> = (0..devices.len()).collect();
+        order.sort_by_key(|&i| !plan.new_roles.iter().any(|(dev, _)| *dev == found[i].1.dev_number));
+        for i in order {
+            let (dev, (_, own)) = (&devices[i], &found[i]);
+            let Some((at, original)) = &originals[i] else { unreachable!("checked: 0.90 only") };
+            let mut sb = own.clone();
+            sb.dev_roles = newest.dev_roles.clone();
+            plan.apply(&mut sb);
+            sb.events = newest.events + 1;
+            sb.utime = uraid_core::metadata::sb1::MdTime::from_parts(now, 0);
+            let bytes = original.synced_from_v1(&sb, &present).encode();
+            dev.write_at(&bytes, *at)
+                .and_then(|_| dev.flush())
+                .map_err(|e| crate::Fault::ReshapeRecord { what: "start", detail: format!("{}: {e}", dev.label()) })?;
+        }
+        Ok(())
+    }
+
     /// Opens the reshape recorded on `devices`. Writable (`opts.writable`), it can continue
     /// the reshape and take writes; read-only, it never writes.
     pub fn open(devices: Vec<Arc<dyn Member>>, opts: &ArrayOptions) -> Result<ReshapingArray, EngineError> {
+        ReshapingArray::open_with_backup(devices, opts, None)
+    }
+
+    /// [`ReshapingArray::open`] with the reshape's backup (mdadm's format): a reshape in
+    /// place stopped inside the stretch the backup holds gets it written back in the new
+    /// shape and its position moved past it (mdadm's `Grow_restart`), before anything else.
+    pub fn open_with_backup(
+        devices: Vec<Arc<dyn Member>>,
+        opts: &ArrayOptions,
+        backup: Option<&ReshapeBackup>,
+    ) -> Result<ReshapingArray, EngineError> {
         // A device failing to read its superblock is missing, as for any assembly.
         let (probed, _unreadable) = crate::scan::probe_leaving_out_unreadable(devices);
         let (found, originals) = superblocks_of(&probed)?;
@@ -456,22 +540,6 @@ impl ReshapingArray {
         };
         let position =
             if newest.reshape_position_sectors == MAX_SECTOR { planner.start_position() } else { newest.reshape_position_sectors };
-        if opts.writable && state.new_offset_sectors == 0 {
-            // A reshape md started with a backup file (0.90 always, 1.x where the data
-            // offset could not move) needs it wherever the new shape would overwrite old data
-            // not yet moved: refused before anything is written, rather than stopped there.
-            // Only in place: a data offset move is planned (by mdadm, the kernel's check, or
-            // `plan_grow`) so that every window has room, and the walk costs a pass over
-            // the whole plan on every open.
-            planner.check_to_end(position).map_err(|e| match e {
-                uraid_core::reshape_window::WindowError::NoRoom { first, end } => EngineError::Unsupported(format!(
-                    "this reshape cannot go on without md's backup file: moving array sectors {first}..{end} would overwrite \
-                     data not yet moved (md started it with a backup file); finish it with mdadm \
-                     (mdadm --assemble --backup-file=FILE ...), or read it read-only"
-                )),
-                other => EngineError::Unsupported(other.to_string()),
-            })?;
-        }
         // md keeps the array's size through a reshape (a grow shows its new size at the
         // end; a shrink was cut to its new size before it began): the smaller side's.
         let size_bytes = old.size_bytes().min(new.size_bytes());
@@ -486,7 +554,7 @@ impl ReshapingArray {
                 failed: false,
             })
             .collect();
-        Ok(ReshapingArray {
+        let array = ReshapingArray {
             old,
             new,
             slots: Mutex::new(slots),
@@ -508,7 +576,75 @@ impl ReshapingArray {
             user_requests: AtomicU64::new(0),
             rebuilt_by_reshape,
             piece_buffers: Mutex::new(Vec::new()),
-        })
+        };
+        if let (Some(backup), true) = (backup, opts.writable) {
+            array.restore_critical_section(backup)?;
+        }
+        if opts.writable && array.state.new_offset_sectors == 0 {
+            // A reshape in place (0.90 always, 1.x where md could not move the data offset)
+            // needs a backup wherever the new shape would overwrite old data not yet moved:
+            // refused before anything is written, rather than stopped there. Only in place:
+            // a data offset move is planned (by mdadm, the kernel's check, or `plan_grow`)
+            // so that every window has room, and the walk costs a pass over the whole plan
+            // on every open.
+            let position = array.lock_progress().position;
+            array.planner.check_to_end(position).map_err(|e| match e {
+                uraid_core::reshape_window::WindowError::NoRoom { first, end } => EngineError::Unsupported(format!(
+                    "this reshape cannot go on without its backup file: moving array sectors {first}..{end} would overwrite \
+                     data not yet moved; give the backup it was started with (uraid grow --continue --backup-file FILE, or \
+                     mdadm --assemble --backup-file=FILE ...), or read it read-only"
+                )),
+                other => EngineError::Unsupported(other.to_string()),
+            })?;
+        }
+        Ok(array)
+    }
+
+    /// Writes the backed-up stretch back in the new shape and records the position at its
+    /// end, if the reshape stopped inside it (mdadm's `Grow_restart`, with its checks: the
+    /// same array, a backup from the time of the superblocks, not yet forgotten); then
+    /// forgets the backup (mdadm's `forget_backup`), so that no later restore writes old
+    /// data over the writes that follow.
+    fn restore_critical_section(&self, backup: &ReshapeBackup) -> Result<(), EngineError> {
+        let (sb, data) = backup.load()?;
+        let (uuid, utime) = {
+            let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            let newest = &slots.first().ok_or_else(|| EngineError::Refused("no members".into()))?.sb;
+            (newest.set_uuid, newest.utime.seconds())
+        };
+        if sb.set_uuid != uuid {
+            return Err(EngineError::Refused(format!("{}: the backup is of another array", backup.label())));
+        }
+        let position = self.lock_progress().position;
+        if !sb.needed_by_grow_at(position) {
+            return Ok(());
+        }
+        let forward_grow = !self.state.backwards && self.state.new.raid_disks > self.state.old.raid_disks;
+        let stretch_end = sb.arraystart + sb.length;
+        let new_stripe = self.planner.new.data_disks * self.planner.new.chunk_sectors;
+        if !forward_grow || sb.arraystart != 0 || !stretch_end.is_multiple_of(new_stripe.max(1)) {
+            return Err(EngineError::Unsupported(format!(
+                "{}: a backup of array sectors {}..{stretch_end}: uraid restores the critical section of a grow (from the \
+                 array's start, whole new stripes); restore this one with mdadm --assemble --backup-file",
+                backup.label(),
+                sb.arraystart
+            )));
+        }
+        if !sb.fresh_for(utime) {
+            return Err(EngineError::Refused(format!(
+                "{}: the backup was written at {} s, the superblocks at {utime} s: not the backup of this reshape (mdadm \
+                 trusts one from 10 min before to 2 h after them)",
+                backup.label(),
+                sb.mtime
+            )));
+        }
+        // The new rows of the stretch lie below its old rows (more data members), so
+        // writing them overwrites only old data the backup holds.
+        self.mark_active()?;
+        self.new.write(sb.arraystart * SECTOR_BYTES, &data)?;
+        self.lock_progress().position = stretch_end;
+        self.checkpoint()?;
+        backup.forget(&sb, crate::array::now_seconds())
     }
 
     pub fn size_bytes(&self) -> u64 {
