@@ -258,6 +258,17 @@ impl Superblock090 {
         self.sb_csum = self.compute_checksum();
     }
 
+    /// The uuid as mdadm holds it in memory (`getinfo_super0`: `info->uuid[i] =
+    /// set_uuid<i>`, ints on a little-endian host) and writes it into a reshape backup:
+    /// each word little-endian, unlike [`Superblock090::array_uuid`].
+    pub fn mdadm_uuid_bytes(&self) -> [u8; 16] {
+        let mut bytes = [0u8; 16];
+        for (chunk, word) in bytes.chunks_exact_mut(4).zip(self.set_uuid) {
+            chunk.copy_from_slice(&word.to_le_bytes());
+        }
+        bytes
+    }
+
     /// The uuid as mdadm prints it: each word big-endian, so `%08x` of the words reads the
     /// same as the hex of the bytes.
     pub fn array_uuid(&self) -> MdUuid {
@@ -610,6 +621,15 @@ mod tests {
         };
         sb.update_checksum();
         sb
+    }
+
+    #[test]
+    fn mdadms_in_memory_uuid_is_little_endian_words() {
+        let mut sb = sample();
+        sb.set_uuid = [0xf7c2_30a3, 0x005d_ef65, 0xcf5a_4f3f, 0xc06c_2b33];
+        // mdadm prints f7c230a3:005def65:... and holds a3 30 c2 f7 ... (what its backups carry).
+        assert_eq!(sb.array_uuid().0[..4], [0xf7, 0xc2, 0x30, 0xa3]);
+        assert_eq!(sb.mdadm_uuid_bytes()[..8], [0xa3, 0x30, 0xc2, 0xf7, 0x65, 0xef, 0x5d, 0x00]);
     }
 
     #[test]

@@ -384,7 +384,8 @@ impl ReshapingArray {
             data
         };
         let now = crate::array::now_seconds();
-        backup.save(newest.set_uuid, 0, &data, now)?;
+        let uuid = originals.iter().flatten().next().map(|(_, sb)| sb.mdadm_uuid_bytes()).expect("0.90 members");
+        backup.save(uuid, 0, &data, now)?;
         // Every device in sync (the array is whole); spares first, each flushed before the
         // next (see `start`).
         let present: Vec<(u32, bool)> = found.iter().map(|(_, sb)| (sb.dev_number, true)).collect();
@@ -609,8 +610,10 @@ impl ReshapingArray {
         let (sb, data) = backup.load()?;
         let (uuid, utime) = {
             let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-            let newest = &slots.first().ok_or_else(|| EngineError::Refused("no members".into()))?.sb;
-            (newest.set_uuid, newest.utime.seconds())
+            let first = slots.first().ok_or_else(|| EngineError::Refused("no members".into()))?;
+            // The uuid as mdadm writes it into a backup: 0.90's words little-endian.
+            let uuid = first.sb090.as_ref().map_or(first.sb.set_uuid, |(_, sb)| sb.mdadm_uuid_bytes());
+            (uuid, first.sb.utime.seconds())
         };
         if sb.set_uuid != uuid {
             return Err(EngineError::Refused(format!("{}: the backup is of another array", backup.label())));
