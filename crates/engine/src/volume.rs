@@ -136,6 +136,39 @@ impl LiveArray {
         Ok(next)
     }
 
+    /// [`Self::grow`] of a 0.90 array, in place (0.90 has no data offset to move): the
+    /// critical section is saved in `backup` first (`ReshapingArray::start_in_place`), then
+    /// written back in the new shape as the reshape opens. Refused before anything is
+    /// written, the array goes on as it was.
+    pub fn grow_in_place(
+        &self,
+        opts: &ArrayOptions,
+        req: &GrowRequest,
+        backup: &crate::reshape::ReshapeBackup,
+    ) -> Result<Stage, EngineError> {
+        let mut stage = self.stage.write().unwrap_or_else(|p| p.into_inner());
+        let array = plain_and_idle(&stage, "reshaping")?;
+        let handles = array.device_handles();
+        array.close()?;
+        let started = ReshapingArray::start_in_place(&handles, &running(opts), req, backup)
+            .and_then(|()| ReshapingArray::open_with_backup(handles.clone(), &running(opts), Some(backup)));
+        match started {
+            Ok(r) => {
+                let next = Stage::Reshaping(Arc::new(r));
+                *stage = next.clone();
+                Ok(next)
+            }
+            Err(e) => {
+                // Whatever the members say is served again (a start already recorded
+                // makes this fail too: the reshape is then continued after a restart).
+                if let Ok((a, _)) = Array::assemble(handles, &running(opts)) {
+                    *stage = Stage::Plain(Arc::new(a));
+                }
+                Err(e)
+            }
+        }
+    }
+
     /// Gives the RAID0 served here the blank devices `new` (each with its device uuid), as
     /// mdadm --grow -n N --add does (`reshape::start_raid0_grow`): taken over as a RAID4
     /// with parity missing and reshaped while it serves; [`Self::end_reshape`] takes it

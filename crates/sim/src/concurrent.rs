@@ -108,6 +108,8 @@ pub struct ConcurrentOutcome {
     /// That RAID10 reshape changed the members of an array with a write-intent bitmap
     /// (which counts array sectors, so it was resized, as md resizes it).
     pub raid10_bitmap_resized: bool,
+    /// That reshape was a 0.90 grow in place, its critical section in a backup.
+    pub in_place_reshaped: bool,
     /// A fault (a member failing, latent or unwritable sectors) was injected while the
     /// reshape ran.
     pub reshape_faulted: bool,
@@ -401,6 +403,8 @@ struct Plan {
     /// Reshape the array while the clients run (`uraid grow`): more members (from the
     /// spare), a doubled chunk, or (RAID5) another layout.
     reshape: Option<GrowRequest>,
+    /// That reshape runs on 0.90 metadata, in place, with a backup of its critical section.
+    in_place: bool,
     ops: Vec<u64>,
     blocks: usize,
 }
@@ -490,7 +494,15 @@ fn plan(seed: u64, limits: &ConcurrentLimits) -> Plan {
     // Drawn after everything else, so every other decision stays what it was for each
     // seed. A member failure with no spare to take its role: hot-add one under the clients.
     let hot_add = fail.is_some() && shape.spares == 0 && reshape.is_none() && rng.chance(60);
-    Plan { shape, crash_at, fail, replace, hot_add, repair, latent, unwritable, reshape, ops, blocks }
+    // (Drawn last too.) A grow by members of a RAID4/5/6 without a bitmap may run on 0.90
+    // metadata: in place, its critical section saved in a backup first (mdadm's
+    // --backup-file). The backup device keeps every write at once (a crash loses none of
+    // it): the order of its writes against the members' is the engine crash test's.
+    let grows_by_members = reshape.as_ref().is_some_and(|r| {
+        r.raid_disks.is_some_and(|n| n as usize > disks) && r.chunk_sectors.is_none() && r.layout.is_none() && r.level.is_none()
+    });
+    let in_place = matches!(level, Level::Raid4 | Level::Raid5 | Level::Raid6) && !shape.bitmap && grows_by_members && rng.chance(60);
+    Plan { shape, crash_at, fail, replace, hot_add, repair, latent, unwritable, reshape, in_place, ops, blocks }
 }
 
 /// The command that replays `seed`.
@@ -502,8 +514,17 @@ pub fn reproduce_concurrent(seed: u64) -> String {
 pub fn run_concurrent_seed(seed: u64, limits: &ConcurrentLimits) -> Result<ConcurrentOutcome, String> {
     let plan = plan(seed, limits);
     let describe = format!(
-        "{} crash_at={:?} fail={:?} replace={} hot_add={} repair={} latent={:?} unwritable={:?} reshape={:?}",
-        plan.shape, plan.crash_at, plan.fail, plan.replace, plan.hot_add, plan.repair, plan.latent, plan.unwritable, plan.reshape
+        "{} crash_at={:?} fail={:?} replace={} hot_add={} repair={} latent={:?} unwritable={:?} reshape={:?} in_place={}",
+        plan.shape,
+        plan.crash_at,
+        plan.fail,
+        plan.replace,
+        plan.hot_add,
+        plan.repair,
+        plan.latent,
+        plan.unwritable,
+        plan.reshape,
+        plan.in_place
     );
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| episode(seed, limits, &plan)));
     let message = match result {
@@ -538,6 +559,14 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
     spec.spares = shape.spares;
     spec.member_bytes = 2 << 20;
     spec.sync = InitialSync::AssumeClean;
+    if plan.in_place {
+        spec.metadata = uraid_core::metadata::MetadataVersion::V0_90;
+    }
+    // The backup of an in-place grow: big enough for any critical section (a few stripes).
+    let backup = plan.in_place.then(|| {
+        let device = Arc::new(uraid_engine::MemMember::new("backup", vec![0u8; 4096 + spec.member_bytes as usize]));
+        Arc::new(uraid_engine::reshape::ReshapeBackup::new(device as Arc<dyn Member>))
+    });
     spec.bitmap_chunk = shape.bitmap.then_some(64 << 10);
     let disks = build::create(&spec)?;
     let gate =
@@ -677,13 +706,18 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
             let (hot_disk, hot_added) = (hot_disk.clone(), hot_added.clone());
             let live = live.clone();
             let (faulted, reshape_refused, reshaping) = (faulted.clone(), reshape_refused.clone(), reshaping.clone());
+            let backup = backup.clone();
             s.spawn(move || {
                 let _done = DoneGuard(threads.enter(), None);
                 let _ = started.send(());
                 if let Some(req) = &plan.reshape {
                     // From the moment it is asked: a fault while it starts is one during it.
                     reshaping.store(true, Ordering::Release);
-                    if let Err(e) = live.grow(&opts, req) {
+                    let grown = match &backup {
+                        Some(backup) => live.grow_in_place(&opts, req, backup),
+                        None => live.grow(&opts, req),
+                    };
+                    if let Err(e) = grown {
                         reshaping.store(false, Ordering::Release);
                         // A fault before the start may have degraded the array or listed a
                         // bad range: uraid then refuses, as documented, and nothing changed.
@@ -907,6 +941,7 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
     outcome.reshaped = plan.reshape.is_some() && !outcome.reshape_refused;
     outcome.shrunk = outcome.reshaped && plan.reshape.as_ref().and_then(|r| r.raid_disks).is_some_and(|n| (n as usize) < shape.disks);
     outcome.raid10_reshaped = outcome.reshaped && shape.level == Level::Raid10;
+    outcome.in_place_reshaped = outcome.reshaped && plan.in_place;
     outcome.raid10_bitmap_resized =
         outcome.raid10_reshaped && shape.bitmap && plan.reshape.as_ref().is_some_and(|r| r.raid_disks.is_some());
     if outcome.crashed {
@@ -919,7 +954,8 @@ fn episode(seed: u64, limits: &ConcurrentLimits, plan: &Plan) -> Result<Concurre
         // A reshape the crash interrupted is continued from the superblocks first.
         if let Err(uraid_engine::EngineError::ReshapeInProgress { .. }) = build::assemble(&disks, false) {
             let devices: Vec<Arc<dyn Member>> = disks.iter().map(|d| d.clone() as Arc<dyn Member>).collect();
-            let r = ReshapingArray::open(devices, &opts).map_err(|e| format!("reopening the reshape after the crash: {e}"))?;
+            let r = ReshapingArray::open_with_backup(devices, &opts, backup.as_deref())
+                .map_err(|e| format!("reopening the reshape after the crash: {e}"))?;
             r.run(&|| false, |_| {}).map_err(|e| format!("continuing the reshape after the crash: {e}"))?;
             r.close().map_err(|e| format!("closing the reshape: {e}"))?;
         }

@@ -149,7 +149,7 @@ fn concurrent_main(args: &Args) -> ExitCode {
     let (mut passed, mut failed) = (0u64, Vec::new());
     let (mut ops, mut ticks, mut crashes, mut member_failures, mut checks, mut max_in_flight) = (0u64, 0u64, 0u64, 0u64, 0u64, 0usize);
     let (mut replaces, mut reshapes, mut reshapes_faulted, mut reshapes_refused) = (0u64, 0u64, 0u64, 0u64);
-    let (mut shrinks, mut raid10_reshapes, mut raid10_bitmap_resizes, mut hot_adds) = (0u64, 0u64, 0u64, 0u64);
+    let (mut shrinks, mut raid10_reshapes, mut raid10_bitmap_resizes, mut in_place, mut hot_adds) = (0u64, 0u64, 0u64, 0u64, 0u64);
     let (mut latent_episodes, mut corrected) = (0u64, 0u64);
     let (mut unwritable_episodes, mut listed) = (0u64, 0u64);
     let mut seed = start;
@@ -168,6 +168,7 @@ fn concurrent_main(args: &Args) -> ExitCode {
                 shrinks += o.shrunk as u64;
                 raid10_reshapes += o.raid10_reshaped as u64;
                 raid10_bitmap_resizes += o.raid10_bitmap_resized as u64;
+                in_place += o.in_place_reshaped as u64;
                 reshapes_faulted += (o.reshaped && o.reshape_faulted) as u64;
                 reshapes_refused += o.reshape_refused as u64;
                 latent_episodes += o.latent_sectors as u64;
@@ -188,7 +189,7 @@ fn concurrent_main(args: &Args) -> ExitCode {
     }
     println!(
         "concurrent: {} seeds in {:.1} s: {passed} passed, {} failed; {ops} operations, {ticks} member ticks, {crashes} crashes, \
-         {member_failures} member failures, {replaces} hot replaces, {hot_adds} hot adds, {reshapes} reshapes ({shrinks} shrinks, {raid10_reshapes} RAID10 reshapes, {raid10_bitmap_resizes} of them with a bitmap resized; {reshapes_faulted} with a fault during it, {reshapes_refused} more refused after a fault), {latent_episodes} with latent sectors ({corrected} read errors \
+         {member_failures} member failures, {replaces} hot replaces, {hot_adds} hot adds, {reshapes} reshapes ({shrinks} shrinks, {raid10_reshapes} RAID10 reshapes, {raid10_bitmap_resizes} of them with a bitmap resized; {in_place} 0.90 grows in place; {reshapes_faulted} with a fault during it, {reshapes_refused} more refused after a fault), {latent_episodes} with latent sectors ({corrected} read errors \
          corrected), {unwritable_episodes} with unwritable sectors ({listed} ranges listed at the end), {checks} check steps; \
          max in flight: {max_in_flight}",
         passed + failed.len() as u64,

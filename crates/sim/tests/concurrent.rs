@@ -25,6 +25,7 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
     let (reshapes, reshapes_crashed) = (AtomicU64::new(0), AtomicU64::new(0));
     let (shrinks, shrinks_crashed) = (AtomicU64::new(0), AtomicU64::new(0));
     let (raid10_reshapes, raid10_crashed, raid10_bitmap_resizes) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let (in_place, in_place_crashed) = (AtomicU64::new(0), AtomicU64::new(0));
     // Reshapes during which a member failed, a latent sector or an unwritable one appeared.
     let (reshape_member_failures, reshape_latent, reshape_unwritable) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let failures = Mutex::new(Vec::new());
@@ -53,6 +54,8 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
                         shrinks_crashed.fetch_add((o.shrunk && o.crashed) as u64, Ordering::Relaxed);
                         raid10_reshapes.fetch_add(o.raid10_reshaped as u64, Ordering::Relaxed);
                         raid10_bitmap_resizes.fetch_add(o.raid10_bitmap_resized as u64, Ordering::Relaxed);
+                        in_place.fetch_add(o.in_place_reshaped as u64, Ordering::Relaxed);
+                        in_place_crashed.fetch_add((o.in_place_reshaped && o.crashed) as u64, Ordering::Relaxed);
                         raid10_crashed.fetch_add((o.raid10_reshaped && o.crashed) as u64, Ordering::Relaxed);
                         let during = o.reshaped && o.reshape_faulted;
                         reshape_member_failures.fetch_add((during && o.member_failed) as u64, Ordering::Relaxed);
@@ -71,7 +74,7 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
     let max = max_in_flight.load(Ordering::Relaxed);
     eprintln!(
         "concurrent: 1000 seeds, {} crashes, {} member failures, {} hot replaces, {} hot adds, {} with latent sectors ({} read errors corrected), \
-         {} with unwritable sectors ({} ranges listed), {} reshapes ({} crashed; {} shrinks, {} crashed; {} RAID10 reshapes, {} crashed, {} with a bitmap resized; {} with a member failing, {} with latent and {} with unwritable sectors appearing during the reshape); \
+         {} with unwritable sectors ({} ranges listed), {} reshapes ({} crashed; {} shrinks, {} crashed; {} RAID10 reshapes, {} crashed, {} with a bitmap resized; {} 0.90 grows in place, {} crashed; {} with a member failing, {} with latent and {} with unwritable sectors appearing during the reshape); \
          max in flight: {max}",
         crashes.load(Ordering::Relaxed),
         member_failures.load(Ordering::Relaxed),
@@ -88,6 +91,8 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
         raid10_reshapes.load(Ordering::Relaxed),
         raid10_crashed.load(Ordering::Relaxed),
         raid10_bitmap_resizes.load(Ordering::Relaxed),
+        in_place.load(Ordering::Relaxed),
+        in_place_crashed.load(Ordering::Relaxed),
         reshape_member_failures.load(Ordering::Relaxed),
         reshape_latent.load(Ordering::Relaxed),
         reshape_unwritable.load(Ordering::Relaxed)
@@ -131,6 +136,8 @@ fn a_thousand_concurrent_seeds_hold_every_invariant() {
     );
     // RAID10 member changes with a bitmap resized (10 in these seeds when measured).
     assert!(raid10_bitmap_resizes.load(Ordering::Relaxed) >= 5, "the seeds should change the members of RAID10 arrays with a bitmap");
+    // 0.90 grows in place, their critical section in a backup (10 in these seeds when measured).
+    assert!(in_place.load(Ordering::Relaxed) >= 5, "the seeds should grow 0.90 arrays in place with a backup");
     // Faults during reshapes: a degraded reshape, reads healed and writes failing mid-way.
     assert!(
         // (Thresholds about half the counts seen: a seed replays its faults, but which
