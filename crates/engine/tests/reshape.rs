@@ -106,6 +106,22 @@ struct UserWrite {
     flushed: usize,
 }
 
+/// Images as they were, the history, and the recording devices over them.
+type Recorder = (Vec<Vec<u8>>, Arc<History>, Vec<Arc<dyn Member>>);
+
+/// Each image as it is now, and a device over each recording every write and flush in one
+/// history (by the image's index).
+fn recorded(images: &[Arc<MemMember>]) -> Recorder {
+    let before = images.iter().map(|m| m.snapshot()).collect();
+    let history = Arc::new(History::default());
+    let hooked = images
+        .iter()
+        .enumerate()
+        .map(|(member, m)| Hooked::new(m.clone(), Recorded { member, history: history.clone() }) as Arc<dyn Member>)
+        .collect();
+    (before, history, hooked)
+}
+
 fn mem_images(disks: Vec<Vec<u8>>) -> Vec<Arc<MemMember>> {
     disks.into_iter().enumerate().map(|(i, b)| Arc::new(MemMember::new(format!("d{i}"), b))).collect()
 }
@@ -716,13 +732,7 @@ fn a_crash_at_any_instant_of_a_090_grow_started_with_a_backup_loses_nothing() {
     };
     let backup_image = Arc::new(MemMember::new("backup", vec![0u8; 1 << 20]));
     let images: Vec<Arc<MemMember>> = members.into_iter().chain(spare).chain([backup_image]).collect();
-    let before: Vec<Vec<u8>> = images.iter().map(|m| m.snapshot()).collect();
-    let history = Arc::new(History::default());
-    let hooked: Vec<Arc<dyn Member>> = images
-        .iter()
-        .enumerate()
-        .map(|(member, m)| Hooked::new(m.clone(), Recorded { member, history: history.clone() }) as Arc<dyn Member>)
-        .collect();
+    let (before, history, hooked) = recorded(&images);
     let writable = ArrayOptions { writable: true, ..Default::default() };
     let req = GrowRequest { raid_disks: Some(4), ..Default::default() };
     // Without a backup nothing starts (and nothing is written).
@@ -766,4 +776,79 @@ fn a_crash_at_any_instant_of_a_090_grow_started_with_a_backup_loses_nothing() {
         }
     }
     assert!(restarted > 0 && untouched > 0, "crashes before and after the start: {untouched} and {restarted}");
+}
+
+/// A RAID0 grown by one member as mdadm grows it (`--grow -n 4 --add`): taken over as a
+/// RAID4 without its parity, the new device added, the RAID4 reshaped with the new device
+/// in a data role, then taken back as a RAID0. A crash after any write or flush of any
+/// device (unflushed writes lost, kept or half kept) loses nothing: whatever the devices
+/// then say (the RAID0, the RAID4 with or without its new device, the RAID4 part-way
+/// through its reshape or done) reads back the content, and continued and taken back it
+/// is a RAID0 of 4 holding it.
+#[test]
+fn a_crash_at_any_instant_of_a_raid0_grow_loses_nothing() {
+    use uraid_engine::reshape::{finish_raid0_grow, start_raid0_grow};
+    let mut sketch = uraid_engine::create::ArraySketch::new(Level::Raid0, "r0");
+    sketch.chunk_kib = 16;
+    let members = uraid_engine::create::mem_devices(3, 2 << 20, "m");
+    sketch.write(&uraid_engine::create::as_members(&members), &[]).expect("create");
+    let content = {
+        let array = open(&members, false);
+        let content = Rng::new(43).bytes(array.size_bytes() as usize);
+        array.write(0, &content).expect("fill");
+        array.close().expect("close");
+        content
+    };
+    let images: Vec<Arc<MemMember>> = members.into_iter().chain([Arc::new(MemMember::new("n0", vec![0u8; 2 << 20]))]).collect();
+    let (before, history, hooked) = recorded(&images);
+    let mut opts = ArrayOptions { writable: true, ..Default::default() };
+    opts.assemble.run = true;
+    let reshaping = start_raid0_grow(&hooked[..3], vec![(hooked[3].clone(), [9; 16])], &opts).expect("start");
+    assert_eq!(reshaping.run(&|| false, |_| {}).expect("reshape"), ReshapeStep::Finished);
+    reshaping.close().expect("close");
+    drop(reshaping);
+    assert_eq!(finish_raid0_grow(&hooked, &opts).expect("back to RAID0"), 4);
+    let events = std::mem::take(&mut *history.events.lock().unwrap());
+    let stride = (events.len() / 600).max(1);
+    let mut levels = std::collections::BTreeSet::new();
+    for k in (0..=events.len()).filter(|k| k % stride == 0 || *k == events.len()) {
+        for unflushed in [Unflushed::Lost, Unflushed::Applied, Unflushed::Random(k as u64)] {
+            let what = format!("crash after event {k} of {} ({unflushed:?})", events.len());
+            let crashed = mem_images(crash_image(&before, &events, k, unflushed));
+            // The devices with a superblock (the new one is blank until it is added).
+            let devs: Vec<Arc<dyn Member>> =
+                as_devices(&crashed).into_iter().filter(|d| uraid_engine::scan::probe(d.as_ref()).best().is_some()).collect();
+            let newest = devs
+                .iter()
+                .filter_map(|d| uraid_engine::scan::probe(d.as_ref()).best().map(|(_, sb)| sb.clone()))
+                .max_by_key(|sb| sb.events())
+                .expect("superblocks");
+            levels.insert((newest.level().raw(), newest.raid_disks(), newest.reshape_active()));
+            let read_prefix = |devs: &[Arc<dyn Member>]| -> Vec<u8> {
+                let read_only = ArrayOptions { writable: false, ..opts };
+                let mut got = vec![0u8; content.len()];
+                match Array::assemble(devs.to_vec(), &read_only) {
+                    Ok((a, _)) => a.read(0, &mut got).unwrap_or_else(|e| panic!("{what}: {e}")),
+                    Err(EngineError::ReshapeInProgress { .. }) => ReshapingArray::open(devs.to_vec(), &read_only)
+                        .and_then(|r| r.read(0, &mut got))
+                        .unwrap_or_else(|e| panic!("{what}: {e}")),
+                    Err(e) => panic!("{what}: does not assemble: {e}"),
+                }
+                got
+            };
+            assert!(read_prefix(&devs) == content, "{what}: the content differs after the restart");
+            // Continued (as `uraid grow --continue`, then `--level 0`) where it was part-way.
+            if newest.reshape_active() {
+                let r = ReshapingArray::open(devs.clone(), &opts).unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
+                assert_eq!(r.run(&|| false, |_| {}).unwrap_or_else(|e| panic!("{what}: {e}")), ReshapeStep::Finished);
+                r.close().unwrap_or_else(|e| panic!("{what}: {e}"));
+            }
+            if newest.level().raw() == 4 && (newest.raid_disks() == 5 || newest.reshape_active()) {
+                assert_eq!(finish_raid0_grow(&devs, &opts).unwrap_or_else(|e| panic!("{what}: back to RAID0: {e}")), 4, "{what}");
+            }
+            assert!(read_prefix(&devs) == content, "{what}: the content differs after the grow was finished");
+        }
+    }
+    // Crashes fell before the takeover, on the RAID4 before and during its reshape, and after.
+    assert!(levels.len() >= 4, "states crashed in: {levels:?}");
 }

@@ -234,6 +234,12 @@ impl super::Superblock1 {
             return None;
         }
         let mut sb = self.clone();
+        if newest.level == 0 && self.level != 0 && self.size_sectors > 0 {
+            // The takeover to RAID0 it missed gives every member's data area the RAID4/5's
+            // used size (`Takeover::apply`, raid0.c `raid0_takeover_raid45`): with its own
+            // larger area the RAID0 would read as one of several zones.
+            sb.data_size_sectors = self.size_sectors;
+        }
         sb.level = newest.level;
         sb.layout = newest.layout;
         sb.chunksize_sectors = newest.chunksize_sectors;

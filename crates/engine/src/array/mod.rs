@@ -372,6 +372,23 @@ pub(crate) fn now_seconds() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
+/// A v1 member's superblock as the newest one (`newest`, not reshaping) says its data now
+/// lies, when the member is one event behind and differs: still recording a reshape the
+/// newest records finished (a crash while the final superblocks went out, each member
+/// having recorded the reshape complete first: its data is in the new shape), or another
+/// shape (a crash while a takeover or a size change rewrote the superblocks one by one; no
+/// data moved), which md takes from the freshest superblock. `None`: as it is.
+pub(crate) fn settled_behind(
+    newest: &uraid_core::metadata::Superblock1,
+    own: &uraid_core::metadata::Superblock1,
+    dev_sectors: u64,
+) -> Option<uraid_core::metadata::Superblock1> {
+    match uraid_core::metadata::reshape::ReshapeState::from_superblock(own) {
+        Ok(state) => Some(state.final_superblock(own, dev_sectors)),
+        Err(_) => own.with_shape_of(newest, dev_sectors),
+    }
+}
+
 /// This array's resync position for the superblock's `resync_offset`: the same but for
 /// RAID10, whose resync md counts in array sectors (its resync walks virtual addresses)
 /// while uraid's walks member rows (`Raid10Geometry::resync_row_for`: a row below which
@@ -437,10 +454,8 @@ impl Array {
             for c in candidates.iter_mut() {
                 if let Superblock::V1(own) = &c.superblock {
                     if own.set_uuid == uuid && own.events + 1 >= newest_events {
-                        if let Ok(state) = uraid_core::metadata::reshape::ReshapeState::from_superblock(own) {
-                            c.superblock = Superblock::V1(state.final_superblock(own, c.device_size_bytes / SECTOR_BYTES));
-                        } else if let Some(adopted) = own.with_shape_of(&newest, c.device_size_bytes / SECTOR_BYTES) {
-                            c.superblock = Superblock::V1(adopted);
+                        if let Some(settled) = settled_behind(&newest, own, c.device_size_bytes / SECTOR_BYTES) {
+                            c.superblock = Superblock::V1(settled);
                         }
                     }
                 }

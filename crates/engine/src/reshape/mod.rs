@@ -18,6 +18,7 @@ pub use takeover::take_over;
 use crate::array::{Array, ArrayOptions, DeviceState, EngineError};
 use crate::member::Member;
 use std::sync::Arc;
+use uraid_core::geometry::SECTOR_BYTES;
 use uraid_core::metadata::{Superblock, Superblock1};
 
 /// Assembles the stopped array on `devices` read-only and checks that its shape may change
@@ -90,5 +91,18 @@ fn v1_superblocks(devices: &[Arc<dyn Member>], what: &str) -> Result<(Vec<(u64, 
         .max_by_key(|(_, sb)| sb.events)
         .map(|(_, sb)| sb.clone())
         .ok_or_else(|| EngineError::Refused("no devices given".into()))?;
+    // Members one event behind read as assembly reads them (a crash while the final
+    // superblocks of a reshape, or those of a takeover, went out): a change planned from
+    // their own superblocks would record their data where it no longer lies (a RAID0 grow
+    // crashed there and taken back to RAID0 came out 0 bytes long).
+    if !newest.feature_map.contains(uraid_core::metadata::FeatureMap::RESHAPE_ACTIVE) {
+        for ((_, own), dev) in found.iter_mut().zip(devices) {
+            if own.set_uuid == newest.set_uuid && own.events + 1 == newest.events {
+                if let Some(settled) = crate::array::settled_behind(&newest, own, dev.size_bytes() / SECTOR_BYTES) {
+                    *own = settled;
+                }
+            }
+        }
+    }
     Ok((found, newest))
 }

@@ -1140,6 +1140,20 @@ impl ReshapingArray {
         self.checkpoint()?;
         let mut events = self.superblock_writes.lock().unwrap_or_else(|p| p.into_inner());
         self.flush()?;
+        if !self.rebuilt_by_reshape.is_empty() {
+            // The members the reshape wrote into a role are whole now: recorded in sync
+            // before the final superblocks go out. Otherwise a crash between two of those
+            // leaves such a member recovering (one event behind) under a newest superblock
+            // that no longer tracks it, and a RAID4 without its parity (a RAID0 grow) could
+            // not be assembled (the RAID0 grow crash test, event 418 of 451).
+            let rebuilt = &self.rebuilt_by_reshape;
+            self.write_superblocks(&mut events, |sb| {
+                if rebuilt.contains(&sb.dev_number) {
+                    sb.feature_map.0 &= !FeatureMap::RECOVERY_OFFSET;
+                    sb.recovery_offset_raw = 0;
+                }
+            })?;
+        }
         let resync_offset = if self.opened_clean { MAX_SECTOR } else { 0 };
         let state = self.state.clone();
         let sizes: Vec<(u32, u64)> = {
