@@ -481,6 +481,38 @@ fn size_max_resizes_the_write_intent_bitmap() {
     size_max_case(&["--bitmap", "internal", "--bitmap-chunk", "64K"]);
 }
 
+/// A RAID10 near layout too (md's `raid10_resize`): the used size rounded as md rounds it,
+/// the new part resynced from the old array end (md's RAID10 resync counts array sectors),
+/// so any one member can go and every byte still reads; a far layout is refused as md
+/// refuses it, nothing written.
+#[test]
+fn size_max_grows_a_raid10_near_and_refuses_far() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (devs, content) = filled(dir, "10", 4, &[]);
+    for (i, d) in devs.iter().enumerate() {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().append(true).open(dir.join(d)).unwrap();
+        f.write_all(&uraid_parity::testdata::Prng::new(i as u64 + 7).bytes(8 << 20)).unwrap();
+    }
+    ok(dir, &with_devs(&["grow", "-q", "--size", "max"], &devs));
+    let whole = ok(dir, &with_devs(&["read"], &devs)).stdout;
+    assert!(whole.len() > content.len(), "grown: {} <= {}", whole.len(), content.len());
+    assert_eq!(&whole[..content.len()], &content[..], "the old content stays where it was");
+    for lost in 0..4 {
+        let left: Vec<String> = (0..devs.len()).filter(|&i| i != lost).map(|i| devs[i].clone()).collect();
+        assert_eq!(ok(dir, &with_devs(&["read", "--run"], &left)).stdout, whole, "without device {lost}");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (devs, _) = filled(dir, "10", 3, &["--layout", "f2"]);
+    for d in &devs {
+        let f = std::fs::OpenOptions::new().append(true).open(dir.join(d)).unwrap();
+        f.set_len(f.metadata().unwrap().len() + (8 << 20)).unwrap();
+    }
+    refused(dir, &devs, &["grow", "--size", "max"], "far layout");
+}
+
 fn size_max_case(create: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();

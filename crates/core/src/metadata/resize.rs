@@ -37,8 +37,12 @@ pub enum SizeAsk {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SizeError {
-    #[error("md changes the member size of RAID1, RAID4, RAID5 and RAID6 only (level {0} here)")]
+    #[error("md changes the member size of RAID1, RAID4, RAID5, RAID6 and RAID10 only (level {0} here)")]
     Level(i32),
+    #[error(
+        "md does not change the member size of a RAID10 with a far layout (raid10_resize refuses it); near and offset layouts it does"
+    )]
+    Raid10Far,
     #[error(
         "1.0 metadata keeps its superblock at the end of each device: md moves it when the device grew, which uraid does not do \
          yet; use mdadm --grow --size"
@@ -59,6 +63,12 @@ pub struct SizePlan {
     pub size_sectors: u64,
     /// Each device's new data area (`data_size`), by `dev_number`.
     pub data_sectors: Vec<(u32, u64)>,
+    /// md's sync range after the change (what a write-intent bitmap covers): the member
+    /// size, but the array size for RAID10.
+    pub sync_sectors: u64,
+    /// Where the resync of the new part starts, in the superblock's unit (`resync_offset`:
+    /// member sectors, but array sectors for RAID10): the old end.
+    pub resync_from: u64,
 }
 
 /// Plans `ask` on the array whose newest superblock is `sb`, over every device given
@@ -66,17 +76,36 @@ pub struct SizePlan {
 pub fn plan_size(sb: &Superblock1, devices: &[DeviceRoom], ask: SizeAsk) -> Result<SizePlan, SizeError> {
     let chunk = match sb.level {
         1 => 1,
-        4..=6 => u64::from(sb.chunksize_sectors.max(1)),
+        4..=6 | 10 => u64::from(sb.chunksize_sectors.max(1)),
         level => return Err(SizeError::Level(level)),
+    };
+    // RAID10: md rounds the size as raid10.c's `calc_sectors` does (whole chunks of the
+    // array, spread over the members with their copies), which the geometry computes.
+    let raid10 = |sectors: u64| {
+        crate::geometry::Raid10Geometry::new(sb.layout, sb.chunksize_sectors, sb.raid_disks as usize, sectors)
+            .map_err(|_| SizeError::Level(10))
+    };
+    if sb.level == 10 {
+        let g = raid10(sb.size_sectors)?;
+        if g.far_copies() > 1 && !g.far_offset() {
+            return Err(SizeError::Raid10Far);
+        }
+    }
+    let round = |sectors: u64| -> Result<u64, SizeError> {
+        if sb.level == 10 {
+            Ok(raid10(sectors)?.used_member_sectors())
+        } else {
+            Ok(sectors / chunk * chunk)
+        }
     };
     let data_sectors: Vec<(u32, u64)> =
         devices.iter().map(|d| d.data_sectors().map(|s| (d.dev_number, s)).ok_or(SizeError::SuperblockAtEnd)).collect::<Result<_, _>>()?;
-    let max = data_sectors.iter().map(|&(_, s)| s).min().unwrap_or(0) / chunk * chunk;
+    let max = round(data_sectors.iter().map(|&(_, s)| s).min().unwrap_or(0))?;
     let now = sb.size_sectors;
     let size_sectors = match ask {
         SizeAsk::Max => max,
         SizeAsk::Sectors(s) if s > max => return Err(SizeError::TooLarge { asked: s, max }),
-        SizeAsk::Sectors(s) => s / chunk * chunk,
+        SizeAsk::Sectors(s) => round(s)?,
     };
     if size_sectors < now {
         return Err(SizeError::Shrink { asked: size_sectors, now });
@@ -84,7 +113,9 @@ pub fn plan_size(sb: &Superblock1, devices: &[DeviceRoom], ask: SizeAsk) -> Resu
     if size_sectors == now {
         return Err(SizeError::NothingToChange(now));
     }
-    Ok(SizePlan { old_sectors: now, size_sectors, data_sectors })
+    let (sync_sectors, resync_from) =
+        if sb.level == 10 { (raid10(size_sectors)?.array_sectors(), raid10(now)?.array_sectors()) } else { (size_sectors, now) };
+    Ok(SizePlan { old_sectors: now, size_sectors, data_sectors, sync_sectors, resync_from })
 }
 
 impl SizePlan {
@@ -95,7 +126,7 @@ impl SizePlan {
         if let Some(&(_, data)) = self.data_sectors.iter().find(|(n, _)| *n == sb.dev_number) {
             sb.data_size_sectors = data;
         }
-        sb.resync_offset_sectors = sb.resync_offset_sectors.min(self.old_sectors);
+        sb.resync_offset_sectors = sb.resync_offset_sectors.min(self.resync_from);
     }
 }
 
@@ -138,6 +169,25 @@ mod tests {
     }
 
     #[test]
+    fn a_raid10_takes_mds_rounding_and_resyncs_from_the_old_array_end() {
+        let mut sb = raid5();
+        // n2 over 3 members of 30720 used sectors, chunks of 128: 46080 array sectors.
+        (sb.level, sb.layout, sb.raid_disks) = (10, 0x102, 3);
+        let devices = [room(0, 98304), room(1, 98304), room(2, 98304 + 100)];
+        let plan = plan_size(&sb, &devices, SizeAsk::Max).unwrap();
+        // 96256 data sectors: 752 chunks -> 1128 array chunks -> 752 per member (calc_sectors).
+        assert_eq!((plan.size_sectors, plan.sync_sectors, plan.resync_from), (96256, 144384, 46080));
+        let mut own = sb.clone();
+        plan.apply(&mut own);
+        assert_eq!(own.resync_offset_sectors, 46080, "md's RAID10 resync counts array sectors");
+        // A size asked between chunks rounds down to whole ones (n2 over 4 members).
+        let mut four = sb.clone();
+        four.raid_disks = 4;
+        let plan = plan_size(&four, &devices, SizeAsk::Sectors(96256 - 100)).unwrap();
+        assert_eq!((plan.size_sectors, plan.sync_sectors), (96128, 192256));
+    }
+
+    #[test]
     fn refusals_say_what_would_work() {
         let sb = raid5();
         let devices = [room(0, 98304), room(1, 98304), room(2, 98304)];
@@ -148,6 +198,9 @@ mod tests {
         let mut r0 = sb.clone();
         r0.level = 0;
         assert_eq!(plan_size(&r0, &devices, SizeAsk::Max), Err(SizeError::Level(0)));
+        let mut far = sb.clone();
+        (far.level, far.layout, far.raid_disks) = (10, 0x201, 3);
+        assert_eq!(plan_size(&far, &devices, SizeAsk::Max), Err(SizeError::Raid10Far));
         let mut at_end = devices;
         at_end[1] = DeviceRoom { data_offset_sectors: 0, super_offset_sectors: 98288, ..at_end[1] };
         assert_eq!(plan_size(&sb, &at_end, SizeAsk::Max), Err(SizeError::SuperblockAtEnd));

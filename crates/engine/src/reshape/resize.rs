@@ -30,7 +30,7 @@ pub fn resize(devices: &[Arc<dyn Member>], opts: &ArrayOptions, ask: SizeAsk) ->
     let bitmaps: Vec<Option<(u64, Vec<u8>)>> = devices
         .iter()
         .zip(&found)
-        .map(|(dev, (at, own))| resized_bitmap(dev.as_ref(), own, *at, plan.size_sectors, newest.events + 1))
+        .map(|(dev, (at, own))| resized_bitmap(dev.as_ref(), own, *at, plan.sync_sectors, newest.events + 1))
         .collect::<Result<_, _>>()?;
     let now = crate::array::now_seconds();
     for ((dev, (at, own)), bitmap) in devices.iter().zip(&found).zip(&bitmaps) {
@@ -61,11 +61,10 @@ pub fn resize(devices: &[Arc<dyn Member>], opts: &ArrayOptions, ask: SizeAsk) ->
 }
 
 /// The device's write-intent bitmap (where it starts, and its superblock and bits) for a
-/// sync range of `sync_sectors`, as md's `md_bitmap_resize` makes it when the members'
-/// used size changes (RAID1's array and RAID4/5/6's members count the same sectors then):
-/// the chunk doubled until the bits fit the room md allows, every marked sector still
-/// marked, and the new range marked too (md resyncs it; the superblocks also say so).
-/// `None` without a bitmap.
+/// sync range of `sync_sectors` (the member size; the array's for RAID10), as md's
+/// `md_bitmap_resize` makes it when the members' used size changes: the chunk doubled
+/// until the bits fit the room md allows, every marked sector still marked, and the new
+/// range marked too (md resyncs it; the superblocks also say so). `None` without a bitmap.
 fn resized_bitmap(
     dev: &dyn Member,
     sb: &uraid_core::metadata::Superblock1,
