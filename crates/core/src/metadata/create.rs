@@ -1102,9 +1102,6 @@ fn plan_device_090(shared: &SharedFields<'_>, device: &AssignedDevice, clean: bo
         state |= Superblock090::STATE_BITMAP_PRESENT;
     }
     let mut sb = Superblock090 {
-        minor_version: 90,
-        patch_version: 0,
-        gvalid_words: 0,
         set_uuid: [word(0), word(1), word(2), word(3)],
         ctime: request.ctime.seconds() as u32,
         level: request.level.to_md(),
@@ -1112,31 +1109,18 @@ fn plan_device_090(shared: &SharedFields<'_>, device: &AssignedDevice, clean: bo
         nr_disks: roles.working_disks + roles.failed_disks,
         raid_disks: request.members.len() as u32,
         md_minor: request.md_minor,
-        not_persistent: 0,
-        gstate_creserved: [0; 64],
         utime: request.ctime.seconds() as u32,
         state,
         active_disks: roles.active_disks,
         working_disks: roles.working_disks,
         failed_disks: roles.failed_disks,
         spare_disks: roles.spare_disks,
-        sb_csum: 0,
         events: 1,
-        cp_events: 0,
-        recovery_cp: 0,
-        reshape_position_sectors: 0,
-        new_level: 0,
-        delta_disks: 0,
-        new_layout: 0,
-        new_chunk_bytes: 0,
-        gstate_sreserved: [0; 56],
         layout: shared.layout,
         chunk_size_bytes: shared.chunk_sectors * SECTOR_BYTES as u32,
-        root_pv: 0,
-        root_block: 0,
-        pstate_reserved: [0; 240],
         disks,
         this_disk,
+        ..Superblock090::blank()
     };
     sb.update_checksum();
     let superblock_sector = sb090_offset_sectors(device.new.size_bytes).unwrap_or(0);

@@ -128,6 +128,48 @@ pub struct Superblock090 {
 }
 
 impl Superblock090 {
+    /// Every field zero (descriptors empty), minor version 90: what md's `super_90_sync`
+    /// and mdadm's `init_super0` start from before filling in the array.
+    pub fn blank() -> Superblock090 {
+        Superblock090 {
+            minor_version: 90,
+            patch_version: 0,
+            gvalid_words: 0,
+            set_uuid: [0; 4],
+            ctime: 0,
+            level: 0,
+            size_kib: 0,
+            nr_disks: 0,
+            raid_disks: 0,
+            md_minor: 0,
+            not_persistent: 0,
+            gstate_creserved: [0; 64],
+            utime: 0,
+            state: 0,
+            active_disks: 0,
+            working_disks: 0,
+            failed_disks: 0,
+            spare_disks: 0,
+            sb_csum: 0,
+            events: 0,
+            cp_events: 0,
+            recovery_cp: 0,
+            reshape_position_sectors: 0,
+            new_level: 0,
+            delta_disks: 0,
+            new_layout: 0,
+            new_chunk_bytes: 0,
+            gstate_sreserved: [0; 56],
+            layout: 0,
+            chunk_size_bytes: 0,
+            root_pv: 0,
+            root_block: 0,
+            pstate_reserved: [0; 240],
+            disks: std::array::from_fn(|_| DiskDescriptor090::empty()),
+            this_disk: DiskDescriptor090::empty(),
+        }
+    }
+
     pub const STATE_CLEAN: u32 = 1 << 0;
     pub const STATE_ERRORS: u32 = 1 << 1;
     pub const STATE_BITMAP_PRESENT: u32 = 1 << 8;
@@ -471,41 +513,22 @@ impl Superblock090 {
         let mut sb = Superblock090 {
             minor_version: if reshaping { 91 } else { 90 },
             patch_version: self.patch_version,
-            gvalid_words: 0,
             set_uuid: self.set_uuid,
             ctime: self.ctime,
             level: v1.level,
             size_kib: u32::try_from(v1.size_sectors / 2).unwrap_or(u32::MAX),
-            nr_disks: 0,
             raid_disks: v1.raid_disks,
             md_minor: self.md_minor,
-            not_persistent: 0,
-            gstate_creserved: [0; 64],
             utime: u32::try_from(v1.utime.seconds()).unwrap_or(u32::MAX),
             // md sets the bitmap bit whenever the array has an internal bitmap.
             state: (if clean { Self::STATE_CLEAN } else { 0 }) | (self.state & Self::STATE_BITMAP_PRESENT),
-            active_disks: 0,
-            working_disks: 0,
-            failed_disks: 0,
-            spare_disks: 0,
-            sb_csum: 0,
             events: v1.events,
             // md records the resync checkpoint only while in sync (not "active").
             cp_events: if v1.resync_offset_sectors == 0 { 0 } else { v1.events },
             recovery_cp: u32::try_from(v1.resync_offset_sectors).unwrap_or(u32::MAX),
-            reshape_position_sectors: 0,
-            new_level: 0,
-            delta_disks: 0,
-            new_layout: 0,
-            new_chunk_bytes: 0,
-            gstate_sreserved: [0; 56],
             layout: v1.layout,
             chunk_size_bytes: v1.chunksize_sectors * 512,
-            root_pv: 0,
-            root_block: 0,
-            pstate_reserved: [0; 240],
-            disks: std::array::from_fn(|_| DiskDescriptor090::empty()),
-            this_disk: DiskDescriptor090::empty(),
+            ..Self::blank()
         };
         if reshaping {
             sb.reshape_position_sectors = v1.reshape_position_sectors;
@@ -583,41 +606,22 @@ mod tests {
             disk.state = DiskDescriptor090::STATE_ACTIVE | DiskDescriptor090::STATE_SYNC;
         }
         let mut sb = Superblock090 {
-            minor_version: 90,
-            patch_version: 0,
-            gvalid_words: 0,
             set_uuid: [0xe51b_a574, 0x4d5d_79f4, 0x1e9d_494a, 0xd4ab_bcc7],
             ctime: 1,
             level: 1,
             size_kib: 16320,
             nr_disks: 2,
             raid_disks: 2,
-            md_minor: 0,
-            not_persistent: 0,
-            gstate_creserved: [0; 64],
             utime: 2,
             state: Superblock090::STATE_CLEAN,
             active_disks: 2,
             working_disks: 2,
-            failed_disks: 0,
-            spare_disks: 0,
-            sb_csum: 0,
             events: 0x1_0000_0015,
             cp_events: 0x15,
             recovery_cp: u32::MAX,
-            reshape_position_sectors: 0,
-            new_level: 0,
-            delta_disks: 0,
-            new_layout: 0,
-            new_chunk_bytes: 0,
-            gstate_sreserved: [0; 56],
-            layout: 0,
-            chunk_size_bytes: 0,
-            root_pv: 0,
-            root_block: 0,
-            pstate_reserved: [0; 240],
             this_disk: disks[1].clone(),
             disks,
+            ..Superblock090::blank()
         };
         sb.update_checksum();
         sb
