@@ -106,6 +106,15 @@ struct UserWrite {
     flushed: usize,
 }
 
+/// Writes seeded random bytes over the whole array on `members` and closes it; returns them.
+fn fill_random(members: &[Arc<MemMember>], seed: u64) -> Vec<u8> {
+    let array = open(members, false);
+    let content = Rng::new(seed).bytes(array.size_bytes() as usize);
+    array.write(0, &content).expect("fill");
+    array.close().expect("close");
+    content
+}
+
 /// Images as they were, the history, and the recording devices over them.
 type Recorder = (Vec<Vec<u8>>, Arc<History>, Vec<Arc<dyn Member>>);
 
@@ -672,13 +681,7 @@ fn a_raid10_grow_resizes_its_bitmap_as_md_does() {
     shape.member_bytes = 14 << 20;
     let made = make(&shape);
     let before = bitmap_of(&made.members[0]);
-    let content = {
-        let array = open(&made.members, false);
-        let content = Rng::new(31).bytes(array.size_bytes() as usize);
-        array.write(0, &content).expect("fill");
-        array.close().expect("close");
-        content
-    };
+    let content = fill_random(&made.members, 31);
     let images: Vec<Arc<MemMember>> = made.members.into_iter().chain(made.spares).collect();
     let writable = ArrayOptions { writable: true, ..Default::default() };
     let req = GrowRequest { raid_disks: Some(4), ..Default::default() };
@@ -723,13 +726,7 @@ fn a_crash_at_any_instant_of_a_090_grow_started_with_a_backup_loses_nothing() {
     let members = uraid_engine::create::mem_devices(3, 2 << 20, "m");
     let spare = uraid_engine::create::mem_devices(1, 2 << 20, "s");
     sketch.write(&uraid_engine::create::as_members(&members), &uraid_engine::create::as_members(&spare)).expect("create");
-    let content = {
-        let array = open(&members, false);
-        let content = Rng::new(41).bytes(array.size_bytes() as usize);
-        array.write(0, &content).expect("fill");
-        array.close().expect("close");
-        content
-    };
+    let content = fill_random(&members, 41);
     let backup_image = Arc::new(MemMember::new("backup", vec![0u8; 1 << 20]));
     let images: Vec<Arc<MemMember>> = members.into_iter().chain(spare).chain([backup_image]).collect();
     let (before, history, hooked) = recorded(&images);
@@ -792,13 +789,7 @@ fn a_crash_at_any_instant_of_a_raid0_grow_loses_nothing() {
     sketch.chunk_kib = 16;
     let members = uraid_engine::create::mem_devices(3, 2 << 20, "m");
     sketch.write(&uraid_engine::create::as_members(&members), &[]).expect("create");
-    let content = {
-        let array = open(&members, false);
-        let content = Rng::new(43).bytes(array.size_bytes() as usize);
-        array.write(0, &content).expect("fill");
-        array.close().expect("close");
-        content
-    };
+    let content = fill_random(&members, 43);
     let images: Vec<Arc<MemMember>> = members.into_iter().chain([Arc::new(MemMember::new("n0", vec![0u8; 2 << 20]))]).collect();
     let (before, history, hooked) = recorded(&images);
     let mut opts = ArrayOptions { writable: true, ..Default::default() };

@@ -273,6 +273,49 @@ fn changes_raid10_members(state: &ReshapeState) -> bool {
     state.old.level == 10 && state.new.level == 10 && state.old.raid_disks != state.new.raid_disks
 }
 
+/// Records the start of `plan` in the superblock of every device (`found`: each one's v1
+/// view; `originals`: its 0.90 superblock, written as md's `super_90_sync` writes it),
+/// with the roles of `newest` and the next event count.
+///
+/// Spares taking a role first, each flushed before the next device: a crash part-way must
+/// never leave the newest superblocks naming a member for a role whose device still calls
+/// itself a spare (assembly would leave it out).
+fn record_start(
+    devices: &[Arc<dyn Member>],
+    found: &[(u64, Superblock1)],
+    originals: &Originals090,
+    newest: &Superblock1,
+    plan: &uraid_core::metadata::grow::GrowPlan,
+    now: u64,
+) -> Result<(), EngineError> {
+    // A 0.90 descriptor lists each device here, in sync unless the reshape writes its role.
+    let present: Vec<(u32, bool)> =
+        found.iter().map(|(_, sb)| (sb.dev_number, !plan.rebuilt_by_reshape.contains(&sb.dev_number))).collect();
+    let mut order: Vec<usize> = (0..devices.len()).collect();
+    order.sort_by_key(|&i| !plan.new_roles.iter().any(|(dev, _)| *dev == found[i].1.dev_number));
+    let mut errors = Vec::new();
+    for i in order {
+        let (dev, (at, own)) = (&devices[i], &found[i]);
+        let mut sb = own.clone();
+        sb.dev_roles = newest.dev_roles.clone();
+        plan.apply(&mut sb);
+        sb.events = newest.events + 1;
+        sb.utime = uraid_core::metadata::sb1::MdTime::from_parts(now, 0);
+        sb.sb_csum = sb.compute_checksum();
+        let (bytes, at) = match &originals[i] {
+            Some((at, original)) => (original.synced_from_v1(&sb, &present).encode().to_vec(), *at),
+            None => (superblock_bytes_of(&Superblock::V1(sb)), *at),
+        };
+        if let Err(e) = dev.write_at(&bytes, at).and_then(|_| dev.flush()) {
+            errors.push(format!("{}: {e}", dev.label()));
+        }
+    }
+    if !errors.is_empty() {
+        return Err(crate::Fault::ReshapeRecord { what: "start", detail: errors.join("; ") }.into());
+    }
+    Ok(())
+}
+
 impl ReshapingArray {
     /// Starts reshape `req` on the array whose members and spares are `devices`: checks
     /// it as md would, records the start in every superblock (md's fields, so md can take
@@ -311,27 +354,7 @@ impl ReshapingArray {
             .reduce(Room::min)
             .expect("assembled");
         let plan = plan_grow(&newest, req, &spares, room).map_err(|e| EngineError::Invalid(e.to_string()))?;
-        let now = crate::array::now_seconds();
-        let mut errors = Vec::new();
-        // Spares taking a role first, each flushed before the next device: a crash part-way
-        // must never leave the newest superblocks naming a member for a role whose device
-        // still calls itself a spare (assembly would leave it out).
-        let mut order: Vec<usize> = (0..devices.len()).collect();
-        order.sort_by_key(|&i| !plan.new_roles.iter().any(|(dev, _)| *dev == found[i].1.dev_number));
-        for (dev, (at, own)) in order.iter().map(|&i| (&devices[i], &found[i])) {
-            let mut sb = own.clone();
-            sb.dev_roles = newest.dev_roles.clone();
-            plan.apply(&mut sb);
-            sb.events = newest.events + 1;
-            sb.utime = uraid_core::metadata::sb1::MdTime::from_parts(now, 0);
-            sb.sb_csum = sb.compute_checksum();
-            if let Err(e) = dev.write_at(&superblock_bytes_of(&Superblock::V1(sb)), *at).and_then(|_| dev.flush()) {
-                errors.push(format!("{}: {e}", dev.label()));
-            }
-        }
-        if !errors.is_empty() {
-            return Err(crate::Fault::ReshapeRecord { what: "start", detail: errors.join("; ") }.into());
-        }
+        record_start(&devices, &found, &vec![None; found.len()], &newest, &plan, crate::array::now_seconds())?;
         ReshapingArray::open(devices, opts)
     }
 
@@ -386,25 +409,7 @@ impl ReshapingArray {
         let now = crate::array::now_seconds();
         let uuid = originals.iter().flatten().next().map(|(_, sb)| sb.mdadm_uuid_bytes()).expect("0.90 members");
         backup.save(uuid, 0, &data, now)?;
-        // Every device in sync (the array is whole); spares first, each flushed before the
-        // next (see `start`).
-        let present: Vec<(u32, bool)> = found.iter().map(|(_, sb)| (sb.dev_number, true)).collect();
-        let mut order: Vec<usize> = (0..devices.len()).collect();
-        order.sort_by_key(|&i| !plan.new_roles.iter().any(|(dev, _)| *dev == found[i].1.dev_number));
-        for i in order {
-            let (dev, (_, own)) = (&devices[i], &found[i]);
-            let Some((at, original)) = &originals[i] else { unreachable!("checked: 0.90 only") };
-            let mut sb = own.clone();
-            sb.dev_roles = newest.dev_roles.clone();
-            plan.apply(&mut sb);
-            sb.events = newest.events + 1;
-            sb.utime = uraid_core::metadata::sb1::MdTime::from_parts(now, 0);
-            let bytes = original.synced_from_v1(&sb, &present).encode();
-            dev.write_at(&bytes, *at)
-                .and_then(|_| dev.flush())
-                .map_err(|e| crate::Fault::ReshapeRecord { what: "start", detail: format!("{}: {e}", dev.label()) })?;
-        }
-        Ok(())
+        record_start(devices, &found, &originals, &newest, &plan, now)
     }
 
     /// Opens the reshape recorded on `devices`. Writable (`opts.writable`), it can continue
